@@ -1,0 +1,1 @@
+"""Engine-agnostic speculative decoding core: trees, policies, drafters, verification. Pure torch."""

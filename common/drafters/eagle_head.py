@@ -1,0 +1,218 @@
+"""An EAGLE-style feature head: one decoder layer over the target's hidden states.
+
+Input at position t+1: the fused target features of position t (FC over the concatenation of the
+layers in `target_layer_ids`, one layer = EAGLE-1, three = EAGLE-3) and the embedding of token
+t+1, joined by `in_proj` (2h -> h). Deeper draft steps feed the head's own output hidden state back
+in place of the fused features. Embeddings and (unless a reduced draft vocabulary with its
+draft-to-target map is configured) the output layer are the target's, shared and frozen.
+
+Checkpoint: one folder with `config.json` (EagleHeadConfig fields) and `model.safetensors`
+(the head's own weights only).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..params import ConfigError
+
+CONFIG_NAME, WEIGHTS_NAME = "config.json", "model.safetensors"
+ARCHITECTURE = "sagespec-eagle-head"
+
+
+@dataclass(frozen=True)
+class EagleHeadConfig:
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int                       # the target's vocabulary
+    target_hidden_size: int
+    target_layer_ids: tuple[int, ...]     # indices into the target's hidden-state outputs
+    draft_vocab_size: int | None = None   # None: the target's output layer is used as is
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+
+    @classmethod
+    def for_target(cls, target_config, target_layer_ids=None, draft_vocab_size=None) -> "EagleHeadConfig":
+        """A one-layer head shaped like the target (a transformers-style config object)."""
+        n = target_config.num_hidden_layers
+        heads = target_config.num_attention_heads
+        rope = getattr(target_config, "rope_parameters", None) or {}
+        return cls(hidden_size=target_config.hidden_size, num_attention_heads=heads,
+                   num_key_value_heads=getattr(target_config, "num_key_value_heads", heads),
+                   head_dim=getattr(target_config, "head_dim", None) or target_config.hidden_size // heads,
+                   intermediate_size=target_config.intermediate_size, vocab_size=target_config.vocab_size,
+                   target_hidden_size=target_config.hidden_size,
+                   target_layer_ids=tuple(target_layer_ids or (n,)), draft_vocab_size=draft_vocab_size,
+                   rms_norm_eps=float(target_config.rms_norm_eps),
+                   rope_theta=float(rope.get("rope_theta", getattr(target_config, "rope_theta", 10000.0))))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["target_layer_ids"] = list(self.target_layer_ids)
+        return {"architecture": ARCHITECTURE, **d}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EagleHeadConfig":
+        if d.get("architecture") != ARCHITECTURE:
+            raise ConfigError(f"eagle head: config architecture {d.get('architecture')!r} is not {ARCHITECTURE!r}")
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        kw["target_layer_ids"] = tuple(kw["target_layer_ids"])
+        return cls(**kw)
+
+    def check_target(self, hidden_size: int, vocab_size: int, num_layers: int) -> None:
+        """Refuse a head built for another target, naming every mismatching field."""
+        bad = []
+        if self.target_hidden_size != hidden_size:
+            bad.append(f"target_hidden_size={self.target_hidden_size} (target: {hidden_size})")
+        if self.vocab_size != vocab_size:
+            bad.append(f"vocab_size={self.vocab_size} (target: {vocab_size})")
+        out_of_range = [i for i in self.target_layer_ids if not 0 <= i <= num_layers]
+        if out_of_range or not self.target_layer_ids:
+            bad.append(f"target_layer_ids={list(self.target_layer_ids)} (target has hidden states 0..{num_layers})")
+        if self.draft_vocab_size is not None and not 0 < self.draft_vocab_size <= vocab_size:
+            bad.append(f"draft_vocab_size={self.draft_vocab_size} (must be in 1..{vocab_size})")
+        if bad:
+            raise ConfigError("eagle head does not fit the target: " + "; ".join(bad))
+
+
+def _rms_norm(x, weight, eps):
+    var = x.float().pow(2).mean(-1, keepdim=True)
+    return weight * (x.float() * torch.rsqrt(var + eps)).to(x.dtype)
+
+
+def _rope(x, positions, theta):
+    """Rotate-half RoPE over the last dim of x [q, heads, d] at integer positions [q]."""
+    d = x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d))
+    ang = positions.float()[:, None] * inv[None, :]
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :].to(x.dtype)
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :].to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+class EagleHead(nn.Module):
+    def __init__(self, config: EagleHeadConfig, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor):
+        super().__init__()
+        c = self.config = config
+        h, nh, nkv, hd = c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self.fc = nn.Linear(len(c.target_layer_ids) * c.target_hidden_size, h, bias=False)
+        self.in_proj = nn.Linear(2 * h, h, bias=False)
+        self.input_norm = nn.Parameter(torch.ones(h))
+        self.q_proj = nn.Linear(h, nh * hd, bias=False)
+        self.k_proj = nn.Linear(h, nkv * hd, bias=False)
+        self.v_proj = nn.Linear(h, nkv * hd, bias=False)
+        self.o_proj = nn.Linear(nh * hd, h, bias=False)
+        self.post_norm = nn.Parameter(torch.ones(h))
+        self.gate_proj = nn.Linear(h, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(h, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, h, bias=False)
+        self.final_norm = nn.Parameter(torch.ones(h))
+        if c.draft_vocab_size is not None:
+            self.lm_head = nn.Linear(h, c.draft_vocab_size, bias=False)
+            self.register_buffer("d2t", torch.arange(c.draft_vocab_size, dtype=torch.long))
+        else:
+            self.lm_head = None
+        # Shared with the target, never trained or saved here.
+        self._embed = embed_weight.detach()
+        self._target_lm_head = lm_head_weight.detach()
+        self.reset_cache()
+
+    # ---- cache --------------------------------------------------------------------------
+    def reset_cache(self) -> None:
+        self.k_cache = self.v_cache = None
+
+    @property
+    def cache_length(self) -> int:
+        return 0 if self.k_cache is None else self.k_cache.shape[0]
+
+    def truncate(self, length: int) -> None:
+        if self.k_cache is not None:
+            self.k_cache, self.v_cache = self.k_cache[:length], self.v_cache[:length]
+
+    # ---- forward ------------------------------------------------------------------------
+    def fuse(self, target_features: torch.Tensor) -> torch.Tensor:
+        """[q, len(layers) * target_hidden] -> [q, hidden]."""
+        return self.fc(target_features.to(self.fc.weight.dtype))
+
+    def step(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
+             mask: torch.Tensor, use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """One pass of the head over q pairs (features [q, hidden], tokens [q]); `mask` is
+        [q, cache_length + q]. Returns (output hidden [q, hidden], target-vocab logits [q, V])."""
+        c = self.config
+        dtype = self.in_proj.weight.dtype
+        emb = F.embedding(tokens.to(self._embed.device), self._embed).to(dtype)
+        x = self.in_proj(torch.cat([emb, features.to(dtype)], -1))
+        hidden = _rms_norm(x, self.input_norm, c.rms_norm_eps)
+        q_len = tokens.numel()
+        q = _rope(self.q_proj(hidden).view(q_len, c.num_attention_heads, c.head_dim), positions, c.rope_theta)
+        k = _rope(self.k_proj(hidden).view(q_len, c.num_key_value_heads, c.head_dim), positions, c.rope_theta)
+        v = self.v_proj(hidden).view(q_len, c.num_key_value_heads, c.head_dim)
+        if self.k_cache is not None and self.k_cache.shape[0]:
+            k_all, v_all = torch.cat([self.k_cache, k]), torch.cat([self.v_cache, v])
+        else:
+            k_all, v_all = k, v
+        if use_cache:
+            self.k_cache, self.v_cache = k_all, v_all
+        attn = F.scaled_dot_product_attention(
+            q.transpose(0, 1), k_all.transpose(0, 1), v_all.transpose(0, 1),
+            attn_mask=mask.to(q.device), enable_gqa=c.num_key_value_heads != c.num_attention_heads)
+        x = x + self.o_proj(attn.transpose(0, 1).reshape(q_len, -1))
+        h2 = _rms_norm(x, self.post_norm, c.rms_norm_eps)
+        x = x + self.down_proj(F.silu(self.gate_proj(h2)) * self.up_proj(h2))
+        return x, self.logits(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        normed = _rms_norm(hidden, self.final_norm, self.config.rms_norm_eps)
+        if self.lm_head is None:
+            return (normed.to(self._target_lm_head.dtype) @ self._target_lm_head.T).float()
+        draft = self.lm_head(normed).float()
+        out = torch.full((hidden.shape[0], self.config.vocab_size), float("-inf"), device=draft.device)
+        return out.index_copy_(1, self.d2t, draft)
+
+    # ---- checkpoints --------------------------------------------------------------------
+    def save(self, folder) -> None:
+        from safetensors.torch import save_file
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
+        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()},
+                  str(folder / WEIGHTS_NAME))
+
+    @classmethod
+    def load(cls, folder, embed_weight, lm_head_weight, num_target_layers: int) -> "EagleHead":
+        from safetensors.torch import load_file
+        folder = Path(folder)
+        for name in (CONFIG_NAME, WEIGHTS_NAME):
+            if not (folder / name).is_file():
+                raise ConfigError(f"eagle head: {folder} has no {name}")
+        config = EagleHeadConfig.from_dict(json.loads((folder / CONFIG_NAME).read_text()))
+        config.check_target(hidden_size=embed_weight.shape[1], vocab_size=embed_weight.shape[0],
+                            num_layers=num_target_layers)
+        head = cls(config, embed_weight, lm_head_weight)
+        state = load_file(str(folder / WEIGHTS_NAME))
+        missing, unexpected = head.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise ConfigError(f"eagle head: weights do not match config (missing {missing}, unexpected {unexpected})")
+        return head.to(embed_weight.dtype)
+
+    @classmethod
+    def random(cls, config: EagleHeadConfig, embed_weight, lm_head_weight, seed: int = 0) -> "EagleHead":
+        """A randomly initialised head (std 0.02), until a trained one is given."""
+        gen = torch.Generator().manual_seed(seed)
+        head = cls(config, embed_weight, lm_head_weight)
+        with torch.no_grad():
+            for name, p in head.named_parameters():
+                if name.endswith("norm"):
+                    continue
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+        return head.to(embed_weight.dtype)

@@ -1,0 +1,21 @@
+"""Tree policies: one interface, `plan(state) -> TreeShape` and `observe(stats)`; state per request."""
+from __future__ import annotations
+
+from ..params import ConfigError
+from .base import DecodeState, StepStats, TreePolicy, TreeShape
+from .chain import ChainPolicy
+from .dynamic import DynamicPolicy
+from .sage import SagePolicy, calibrate_thresholds
+from .static import StaticPolicy
+
+POLICIES = {p.name: p for p in (ChainPolicy, StaticPolicy, DynamicPolicy, SagePolicy)}
+
+
+def make_policy(name: str, **options) -> TreePolicy:
+    if name not in POLICIES:
+        raise ConfigError(f"policy {name!r} is unknown; allowed: {sorted(POLICIES)}")
+    return POLICIES[name](**options)
+
+
+__all__ = ["ChainPolicy", "DecodeState", "DynamicPolicy", "POLICIES", "SagePolicy", "StaticPolicy",
+           "StepStats", "TreePolicy", "TreeShape", "calibrate_thresholds", "make_policy"]

@@ -1,0 +1,62 @@
+"""What a tree policy decides (TreeShape) and what it learns from (StepStats)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..params import ConfigError
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """depth: most draft levels; width: children per expanded node and frontier size (top-k);
+    budget: most drafted nodes (root excluded). `paths`, when set, fixes the topology as sibling
+    ranks from the root (static trees); depth/width/budget then describe that topology."""
+    depth: int
+    width: int
+    budget: int
+    paths: tuple[tuple[int, ...], ...] | None = None
+
+    def __post_init__(self):
+        if self.depth < 1 or self.width < 1 or self.budget < 1:
+            raise ConfigError(f"TreeShape needs depth, width, budget >= 1; got {self}")
+
+
+@dataclass(frozen=True)
+class DecodeState:
+    """What a policy may read when it plans a step (per request)."""
+    step: int = 0
+    context_len: int = 0
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """What happened in one verify step."""
+    shape: TreeShape | None   # None for the prompt's prefill (no tree)
+    num_nodes: int            # drafted nodes actually proposed
+    accepted: int             # drafted tokens accepted (bonus excluded)
+    target_entropy: float     # nats, target distribution at the last accepted position
+
+
+class TreePolicy(Protocol):
+    name: str
+
+    def plan(self, state: DecodeState) -> TreeShape: ...
+
+    def observe(self, stats: StepStats) -> None: ...
+
+
+def normalise_paths(owner: str, paths) -> tuple[tuple[int, ...], ...]:
+    """Rank paths must be prefix-closed (a node's parent path is listed) and unique."""
+    out = tuple(tuple(int(r) for r in p) for p in paths)
+    seen = set(out)
+    if not out:
+        raise ConfigError(f"{owner}: paths must list at least one node")
+    if len(seen) != len(out):
+        raise ConfigError(f"{owner}: paths contain duplicates")
+    for p in out:
+        if not p or any(r < 0 for r in p):
+            raise ConfigError(f"{owner}: path {list(p)} must be a non-empty list of ranks >= 0")
+        if len(p) > 1 and p[:-1] not in seen:
+            raise ConfigError(f"{owner}: path {list(p)} has no parent path {list(p[:-1])}")
+    return tuple(sorted(out, key=lambda p: (len(p), p)))

@@ -1,0 +1,216 @@
+"""DraftTree: the token tree one speculative step proposes, and its derived views.
+
+Node 0 is the root: the last accepted token, whose KV is not yet in the target's cache. Every
+other node is a drafted token. Invariants, checked once at construction:
+  parents[0] == -1, 0 <= parents[i] < i for i > 0 (parents precede children, one root),
+  depths[0] == 0, depths[i] == depths[parents[i]] + 1.
+`draft_probs[i]`, when given, is the draft distribution over node i's children (already processed
+with the request's sampling parameters); rows of nodes without children are not read.
+`sampled_children` says the children of each node were drawn i.i.d. from that row; otherwise the
+drafter chose them deterministically (top-k, lookup), and verification treats q as one-hot.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+
+class TreeError(ValueError):
+    """A DraftTree's fields violate its invariants."""
+
+
+@dataclass(frozen=True, eq=False)
+class DraftTree:
+    tokens: torch.Tensor
+    parents: torch.Tensor
+    depths: torch.Tensor
+    draft_probs: torch.Tensor | None = None
+    sampled_children: bool = False
+    _children: tuple = field(default=(), init=False, repr=False)
+
+    def __post_init__(self):
+        tokens, parents, depths = self.tokens, self.parents, self.depths
+        for name, t in (("tokens", tokens), ("parents", parents), ("depths", depths)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.dtype != torch.long:
+                raise TreeError(f"DraftTree.{name} must be a 1-D int64 tensor")
+        n = tokens.numel()
+        if n < 1 or parents.numel() != n or depths.numel() != n:
+            raise TreeError(f"DraftTree needs >= 1 node and equal lengths; got tokens={n}, "
+                            f"parents={parents.numel()}, depths={depths.numel()}")
+        if bool((tokens < 0).any()):
+            raise TreeError("DraftTree.tokens must be non-negative token ids")
+        p = parents.tolist()
+        d = depths.tolist()
+        if p[0] != -1 or d[0] != 0:
+            raise TreeError("DraftTree node 0 is the root: parents[0] must be -1 and depths[0] 0")
+        children: list[list[int]] = [[] for _ in range(n)]
+        for i in range(1, n):
+            if not 0 <= p[i] < i:
+                raise TreeError(f"DraftTree.parents[{i}]={p[i]}: a parent must precede its child")
+            if d[i] != d[p[i]] + 1:
+                raise TreeError(f"DraftTree.depths[{i}]={d[i]} but its parent's depth is {d[p[i]]}")
+            children[p[i]].append(i)
+        if self.draft_probs is not None:
+            q = self.draft_probs
+            if q.dim() != 2 or q.shape[0] != n:
+                raise TreeError(f"DraftTree.draft_probs must be [num_nodes={n}, vocab]; got {tuple(q.shape)}")
+            if bool((q < 0).any()) or not bool(torch.isfinite(q).all()):
+                raise TreeError("DraftTree.draft_probs must be finite and non-negative")
+        if self.sampled_children and self.draft_probs is None:
+            raise TreeError("DraftTree.sampled_children needs draft_probs (the distribution sampled from)")
+        object.__setattr__(self, "_children", tuple(tuple(c) for c in children))
+
+    # ---- constructors -------------------------------------------------------------------
+    @classmethod
+    def from_parents(cls, tokens: Sequence[int], parents: Sequence[int], **kw) -> "DraftTree":
+        depths = [0] * len(parents)
+        for i in range(1, len(parents)):
+            if not 0 <= parents[i] < i:
+                raise TreeError(f"DraftTree.parents[{i}]={parents[i]}: a parent must precede its child")
+            depths[i] = depths[parents[i]] + 1
+        return cls(torch.tensor(list(tokens), dtype=torch.long),
+                   torch.tensor(list(parents), dtype=torch.long),
+                   torch.tensor(depths, dtype=torch.long), **kw)
+
+    @classmethod
+    def root_only(cls, root_token: int) -> "DraftTree":
+        return cls.from_parents([root_token], [-1])
+
+    @classmethod
+    def chain(cls, root_token: int, tokens: Sequence[int], **kw) -> "DraftTree":
+        return cls.from_parents([root_token, *tokens], list(range(-1, len(tokens))), **kw)
+
+    @classmethod
+    def from_token_paths(cls, root_token: int, paths: Sequence[Sequence[int]],
+                         max_nodes: int | None = None) -> "DraftTree":
+        """Merge token sequences (continuations of the root) into a trie; nodes in first-seen order.
+        With max_nodes, nodes past that count (drafted nodes, root excluded) are dropped; since a
+        parent is always seen before its children, the kept set stays a tree."""
+        tokens, parents = [root_token], [-1]
+        index: dict[tuple[int, int], int] = {}
+        for path in paths:
+            node = 0
+            for tok in path:
+                key = (node, int(tok))
+                if key not in index:
+                    if max_nodes is not None and len(tokens) - 1 >= max_nodes:
+                        break
+                    index[key] = len(tokens)
+                    tokens.append(int(tok))
+                    parents.append(node)
+                node = index[key]
+        return cls.from_parents(tokens, parents)
+
+    # ---- derived views ------------------------------------------------------------------
+    @property
+    def num_nodes(self) -> int:
+        return self.tokens.numel()
+
+    @property
+    def num_drafted(self) -> int:
+        return self.tokens.numel() - 1
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depths.max())
+
+    def children(self, node: int) -> tuple[int, ...]:
+        return self._children[node]
+
+    def ancestor_mask(self) -> torch.Tensor:
+        """[n, n] bool: mask[i, j] is True iff j is i or an ancestor of i (what node i attends to)."""
+        n = self.num_nodes
+        mask = torch.zeros(n, n, dtype=torch.bool)
+        parents = self.parents.tolist()
+        for i in range(n):
+            if i:
+                mask[i] = mask[parents[i]]
+            mask[i, i] = True
+        return mask
+
+    def attention_mask(self, prefix_len: int) -> torch.Tensor:
+        """[n, prefix_len + n] bool: each node sees the whole cached prefix and its own ancestors."""
+        n = self.num_nodes
+        mask = torch.ones(n, prefix_len + n, dtype=torch.bool)
+        mask[:, prefix_len:] = self.ancestor_mask()
+        return mask
+
+    def positions(self, prefix_len: int) -> torch.Tensor:
+        """RoPE positions: the root sits right after the cached prefix, each node at prefix + depth."""
+        return self.depths + prefix_len
+
+    def path_to(self, node: int) -> list[int]:
+        """Node indices from the root to `node`, both included."""
+        path, parents = [], self.parents.tolist()
+        while node != -1:
+            path.append(node)
+            node = parents[node]
+        return path[::-1]
+
+    def leaves(self) -> list[int]:
+        return [i for i in range(self.num_nodes) if not self._children[i]]
+
+    def root_to_leaf_paths(self) -> list[list[int]]:
+        return [self.path_to(leaf) for leaf in self.leaves()]
+
+    def first_child_next_sibling(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-child/right-sibling encoding (-1 where none), the layout tree kernels walk."""
+        n = self.num_nodes
+        first = torch.full((n,), -1, dtype=torch.long)
+        nxt = torch.full((n,), -1, dtype=torch.long)
+        for i, kids in enumerate(self._children):
+            if kids:
+                first[i] = kids[0]
+                for a, b in zip(kids, kids[1:]):
+                    nxt[a] = b
+        return first, nxt
+
+    def rank_paths(self) -> list[tuple[int, ...]]:
+        """For every drafted node, the sibling ranks from the root down to it (static-tree form)."""
+        ranks = [()] * self.num_nodes
+        for i, kids in enumerate(self._children):
+            for r, c in enumerate(kids):
+                ranks[c] = ranks[i] + (r,)
+        return ranks[1:]
+
+    def to(self, device) -> "DraftTree":
+        q = None if self.draft_probs is None else self.draft_probs.to(device)
+        return DraftTree(self.tokens.to(device), self.parents.to(device), self.depths.to(device),
+                         q, self.sampled_children)
+
+
+@dataclass(frozen=True, eq=False)
+class RaggedTrees:
+    """A batch of trees flattened the way FlashInfer and the engines lay out variable-length work:
+    request r owns rows indptr[r]:indptr[r+1] of tokens/depths; parents stay request-local."""
+    trees: tuple[DraftTree, ...]
+    tokens: torch.Tensor
+    parents: torch.Tensor
+    depths: torch.Tensor
+    indptr: torch.Tensor
+
+    @classmethod
+    def from_trees(cls, trees: Sequence[DraftTree]) -> "RaggedTrees":
+        if not trees:
+            raise TreeError("RaggedTrees needs at least one tree")
+        sizes = torch.tensor([t.num_nodes for t in trees], dtype=torch.long)
+        indptr = torch.zeros(len(trees) + 1, dtype=torch.long)
+        indptr[1:] = torch.cumsum(sizes, 0)
+        return cls(tuple(trees), torch.cat([t.tokens for t in trees]),
+                   torch.cat([t.parents for t in trees]), torch.cat([t.depths for t in trees]), indptr)
+
+    def __len__(self) -> int:
+        return len(self.trees)
+
+    def positions(self, prefix_lens: Sequence[int]) -> torch.Tensor:
+        return torch.cat([t.positions(int(p)) for t, p in zip(self.trees, prefix_lens)])
+
+    def attention_mask(self, prefix_lens: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """FlashInfer's custom-mask layout: each request's [q_len x kv_len] block row-major,
+        concatenated (kv_len counts the prefix); returns (flat bool mask, mask_indptr)."""
+        blocks = [t.attention_mask(int(p)).flatten() for t, p in zip(self.trees, prefix_lens)]
+        indptr = torch.zeros(len(blocks) + 1, dtype=torch.long)
+        indptr[1:] = torch.cumsum(torch.tensor([b.numel() for b in blocks], dtype=torch.long), 0)
+        return torch.cat(blocks), indptr

@@ -1,0 +1,62 @@
+"""The rule registry and the result type every rule returns."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..params import ConfigError
+from ..random_source import RandomSource, TorchRandom
+from ..sampling import SamplingParams
+from ..tree import DraftTree
+
+LOSSLESS_RULES = frozenset({"greedy", "sampling"})
+_RULES: dict[str, Callable] = {}
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """`nodes`: accepted node indices from the root (always node 0) down the tree;
+    `bonus`: the token the target emits after the last accepted node."""
+    nodes: tuple[int, ...]
+    bonus: int
+
+    @property
+    def num_drafted_accepted(self) -> int:
+        return len(self.nodes) - 1
+
+    def emitted(self, tree: DraftTree) -> list[int]:
+        return [int(tree.tokens[i]) for i in self.nodes[1:]] + [self.bonus]
+
+
+def register_rule(name: str):
+    def deco(fn):
+        if name in _RULES:
+            raise ConfigError(f"verification rule {name!r} is already registered")
+        _RULES[name] = fn
+        return fn
+    return deco
+
+
+def available_rules() -> list[str]:
+    return sorted(_RULES) + ["auto"]
+
+
+def get_rule(name: str, params: SamplingParams) -> Callable:
+    """`auto` is greedy at temperature 0 and exact sampling otherwise, as the engines choose."""
+    if name == "auto":
+        name = "greedy" if params.greedy else "sampling"
+    if name not in _RULES:
+        raise ConfigError(f"acceptance rule {name!r} is unknown; allowed: {available_rules()}")
+    if name == "greedy" and not params.greedy:
+        raise ConfigError("acceptance rule 'greedy' needs temperature 0; use 'sampling' or 'auto'")
+    return _RULES[name]
+
+
+def verify(tree: DraftTree, target_logits: torch.Tensor, params: SamplingParams,
+           rule: str = "auto", rng: RandomSource | None = None, **options) -> Accepted:
+    if target_logits.dim() != 2 or target_logits.shape[0] != tree.num_nodes:
+        raise ValueError(f"target_logits must be [num_nodes={tree.num_nodes}, vocab]; "
+                         f"got {tuple(target_logits.shape)}")
+    return get_rule(rule, params)(tree, target_logits, params, rng or TorchRandom(), **options)

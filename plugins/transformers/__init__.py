@@ -1,0 +1,1 @@
+"""The embedded reference runtime: speculative generation over a Hugging Face causal LM."""

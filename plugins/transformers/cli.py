@@ -1,0 +1,124 @@
+"""`sagespec` command line: generate and bench on the reference runtime."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from sagespec.common.datasets import DATASETS
+from sagespec.common.drafters import DRAFTER_NAMES
+from sagespec.common.params import ConfigError
+from sagespec.common.policies import POLICIES
+from sagespec.common.verify import available_rules
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one clear line, no usage dump
+        self.exit(2, f"sagespec: error: {message} (see --help)\n")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="smollm2", help="'smollm2' (embedded default) or a Hugging Face model folder")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
+                   help="bf16 for speed; float32 for exact greedy identity checks")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rule", default="auto", help=f"acceptance rule: {available_rules()} (typical is lossy)")
+    p.add_argument("--draft-model", help="Hugging Face folder of a draft model sharing the target's tokenizer")
+    p.add_argument("--eagle-head", help="folder of a trained EAGLE head (config.json + model.safetensors)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (pinned)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="sagespec", description="Adaptive speculative decoding: the reference runtime.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    g = sub.add_parser("generate", help="generate text for one prompt")
+    _common(g)
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt")
+    src.add_argument("--prompt-file")
+    g.add_argument("--drafter", default="ngram", choices=["none", *DRAFTER_NAMES])
+    g.add_argument("--policy", default="sage", choices=sorted(POLICIES))
+    g.add_argument("--budget", type=int, help="drafted nodes per step (the policy's default when omitted)")
+    g.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    b = sub.add_parser("bench", help="plain decoding and speculative configs side by side on a dataset")
+    _common(b)
+    b.add_argument("--dataset", required=True, choices=list(DATASETS))
+    b.add_argument("--num-prompts", type=int, default=20)
+    b.add_argument("configs", nargs="*", default=["ngram:chain", "ngram:sage"],
+                   help="DRAFTER:POLICY[:BUDGET], e.g. ngram:chain ngram:sage:16 eagle:dynamic")
+    b.add_argument("--out", default="bench.json", help="JSON results file")
+    b.add_argument("--plot", default="bench.png", help="PNG plot file")
+    return parser
+
+
+def _sampling(args):
+    from sagespec.common.sampling import SamplingParams
+    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+
+
+def _check(args) -> None:
+    if args.max_new_tokens < 1:
+        raise ConfigError(f"--max-new-tokens {args.max_new_tokens} must be >= 1")
+    if args.threads < 1:
+        raise ConfigError(f"--threads {args.threads} must be >= 1")
+    if getattr(args, "budget", None) is not None and args.budget < 1:
+        raise ConfigError(f"--budget {args.budget} must be >= 1")
+    if getattr(args, "num_prompts", 1) < 1:
+        raise ConfigError(f"--num-prompts {args.num_prompts} must be >= 1")
+    if args.rule not in available_rules():
+        raise ConfigError(f"--rule {args.rule!r} is not one of {available_rules()}")
+    _sampling(args)
+
+
+def cmd_generate(args) -> int:
+    from .factory import load_target, make_drafter, make_generator, make_policy_from_args
+    if args.prompt_file is not None:
+        path = Path(args.prompt_file)
+        if not path.is_file():
+            raise ConfigError(f"--prompt-file {args.prompt_file!r}: no such file")
+        text = path.read_text()
+    else:
+        text = args.prompt
+    policy = make_policy_from_args(args.policy, args.budget)
+    target = load_target(args.model, args.dtype)
+    drafter = make_drafter(args.drafter, target, args.draft_model, args.eagle_head, args.dtype, args.seed)
+    gen = make_generator(target, drafter, policy, args.rule)
+    res = gen.generate(target.encode_chat(text), args.max_new_tokens, _sampling(args), seed=args.seed)
+    out_text = target.tokenizer.decode(res.tokens, skip_special_tokens=True) if target.tokenizer else ""
+    if args.json:
+        print(json.dumps({"tokens": res.tokens, "text": out_text, "steps": res.steps,
+                          "accepted_per_step": res.accepted_per_step, "seconds": round(res.seconds, 4),
+                          "lossless": res.lossless}))
+    else:
+        print(out_text)
+        print(f"[{len(res.tokens)} tokens, {res.steps} target forwards, tau {res.mean_accepted_length:.2f}, "
+              f"{len(res.tokens) / res.seconds:.1f} tok/s]", file=sys.stderr)
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from .bench import parse_config, run_bench
+    configs = [parse_config(c) for c in args.configs]
+    return run_bench(args, configs, _sampling(args))
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        _check(args)
+        import torch
+        torch.set_num_threads(args.threads)
+        return {"generate": cmd_generate, "bench": cmd_bench}[args.command](args)
+    except (ConfigError, ValueError, FileNotFoundError) as e:
+        print(f"sagespec: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

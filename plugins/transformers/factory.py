@@ -1,0 +1,86 @@
+"""Building a runtime from names: target model, drafter, policy, acceptance rule."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from sagespec.common.drafters import (DRAFTER_NAMES, DraftModelDrafter, EagleDrafter, EagleHead, EagleHeadConfig,
+                                      NgramDrafter, check_shared_vocabulary)
+from sagespec.common.params import ConfigError, check_int
+from sagespec.common.policies import POLICIES, make_policy
+
+from .model_loading import load_model
+from .runtime import SpeculativeGenerator
+from .tree_lm import HFTreeLM
+
+
+@dataclass
+class LoadedTarget:
+    model: object
+    tokenizer: object
+
+    def encode_chat(self, text: str) -> list[int]:
+        tok = self.tokenizer
+        if tok is None:
+            raise ConfigError("this model folder has no tokenizer; text prompts need one")
+        if getattr(tok, "chat_template", None):
+            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                          tokenize=True, return_dict=False)
+            return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+        return tok.encode(text)
+
+    def eos_ids(self) -> list[int]:
+        eos = getattr(self.model.generation_config, "eos_token_id", None) or self.model.config.eos_token_id
+        if eos is None:
+            return []
+        return list(eos) if isinstance(eos, (list, tuple)) else [eos]
+
+
+def load_target(model: str, dtype: str) -> LoadedTarget:
+    lm, tok = load_model(model, dtype)
+    return LoadedTarget(lm, tok)
+
+
+def make_drafter(name: str, target: LoadedTarget, draft_model: str | None = None, eagle_head: str | None = None,
+                 dtype: str = "bfloat16", seed: int = 0, warn=lambda m: print(m, file=sys.stderr)):
+    """None for 'none'; the drafter object otherwise (its `needs` tell what the target must give)."""
+    if name == "none":
+        return None
+    if name not in DRAFTER_NAMES:
+        raise ConfigError(f"--drafter {name!r} is not one of {['none', *DRAFTER_NAMES]}")
+    if name == "ngram":
+        return NgramDrafter()
+    if name == "draft-model":
+        if not draft_model:
+            raise ConfigError("--drafter draft-model needs --draft-model PATH (a Hugging Face folder)")
+        lm, tok = load_model(draft_model, dtype)
+        if tok is not None and target.tokenizer is not None:
+            check_shared_vocabulary(target.tokenizer.get_vocab(), tok.get_vocab(), f"--draft-model {draft_model}")
+        elif lm.config.vocab_size != target.model.config.vocab_size:
+            raise ConfigError(f"--draft-model {draft_model}: vocabulary size {lm.config.vocab_size} differs from "
+                              f"the target's {target.model.config.vocab_size}")
+        return DraftModelDrafter(HFTreeLM(lm))
+    m = target.model
+    embed, lm_head = m.get_input_embeddings().weight, m.get_output_embeddings().weight
+    if eagle_head:
+        head = EagleHead.load(eagle_head, embed, lm_head, m.config.num_hidden_layers)
+    else:
+        warn("sagespec: no --eagle-head given and none ships for this model yet: using a randomly initialised "
+             "head (drafts will rarely be accepted; output is unaffected)")
+        head = EagleHead.random(EagleHeadConfig.for_target(m.config), embed, lm_head, seed=seed)
+    return EagleDrafter(head.eval())
+
+
+def make_policy_from_args(name: str, budget: int | None):
+    if name not in POLICIES:
+        raise ConfigError(f"--policy {name!r} is not one of {sorted(POLICIES)}")
+    if budget is not None:
+        check_int("--budget", "budget", budget, 1, 1024)
+        return make_policy(name, budget=budget)
+    return make_policy(name)
+
+
+def make_generator(target: LoadedTarget, drafter, policy, rule: str = "auto") -> SpeculativeGenerator:
+    layers = drafter.needs.hidden_layer_ids if drafter is not None else ()
+    return SpeculativeGenerator(HFTreeLM(target.model, hidden_layer_ids=layers), drafter, policy, rule=rule,
+                                eos_token_ids=target.eos_ids())

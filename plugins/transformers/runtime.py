@@ -1,0 +1,125 @@
+"""The reference speculative decoding loop (batch 1): the oracle the engine plugins are compared with.
+
+    prefill the prompt -> first token
+    repeat: policy.plan -> drafter.propose -> one target forward over the tree (tree mask,
+            depth positions) -> verify -> commit accepted KV contiguously -> policy.observe
+Without a drafter every tree is the root alone: plain decoding through the same code.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from sagespec.common.drafters import DraftContext, Drafter
+from sagespec.common.drafters.tree_lm import causal_extension_mask
+from sagespec.common.policies import ChainPolicy, DecodeState, StepStats, TreePolicy, TreeShape
+from sagespec.common.random_source import TorchRandom
+from sagespec.common.sampling import SamplingParams, entropy
+from sagespec.common.tree import DraftTree
+from sagespec.common.verify import LOSSLESS_RULES, get_rule, verify
+
+from .tree_lm import HFTreeLM
+
+
+@dataclass
+class GenerationResult:
+    """`steps` counts target forwards, the prompt's prefill included (it emits the first token);
+    `accepted_per_step[i]` is the number of tokens step i emitted (bonus included), so
+    sum(accepted_per_step) == len(tokens). `shapes`/`entropies` are per verify step."""
+    tokens: list[int]
+    steps: int
+    accepted_per_step: list[int]
+    seconds: float
+    rule: str
+    lossless: bool
+    shapes: list[TreeShape] = field(default_factory=list)
+    nodes_per_step: list[int] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """tau: tokens emitted per verify step (the prefill excluded), bonus included."""
+        verify_steps = self.accepted_per_step[1:]
+        return sum(verify_steps) / len(verify_steps) if verify_steps else float("nan")
+
+
+class SpeculativeGenerator:
+    def __init__(self, target: HFTreeLM, drafter: Drafter | None = None, policy: TreePolicy | None = None,
+                 rule: str = "auto", rule_options: dict | None = None, eos_token_ids=()):
+        self.target = target
+        self.drafter = drafter
+        self.policy = policy or ChainPolicy()
+        self.rule = rule
+        self.rule_options = dict(rule_options or {})
+        self.eos = frozenset(int(t) for t in eos_token_ids)
+        self.needs_hidden = bool(drafter is not None and drafter.needs.hidden_states)
+        if self.needs_hidden and tuple(target.hidden_layer_ids) != tuple(drafter.needs.hidden_layer_ids):
+            raise ValueError(f"drafter {drafter.name!r} needs hidden layers {drafter.needs.hidden_layer_ids}; "
+                             f"the target wrapper provides {target.hidden_layer_ids}")
+
+    def _forward(self, tokens, positions, mask):
+        if self.needs_hidden:
+            return self.target.forward(tokens, positions, mask, with_hidden=True)
+        return self.target.forward(tokens, positions, mask), None
+
+    @torch.no_grad()
+    def generate(self, prompt_ids, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
+                 seed: int = 0) -> GenerationResult:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1")
+        prompt = torch.as_tensor(list(prompt_ids), dtype=torch.long)
+        if prompt.numel() < 1:
+            raise ValueError("the prompt must hold at least one token")
+        get_rule(self.rule, sampling)  # fail before any work on a bad rule
+        rng = TorchRandom(seed)
+        start = time.perf_counter()
+        self.target.truncate(0)
+        if self.drafter is not None:
+            self.drafter.begin()
+
+        n = prompt.numel()
+        logits, feats = self._forward(prompt, torch.arange(n), causal_extension_mask(0, n))
+        first = verify(DraftTree.root_only(int(prompt[-1])), logits[-1:], sampling, self.rule, rng,
+                       **self.rule_options)
+        tokens = prompt.tolist() + [first.bonus]
+        result = GenerationResult(tokens=[first.bonus], steps=1, accepted_per_step=[1], seconds=0.0,
+                                  rule=self.rule, lossless=self._lossless(sampling))
+        self.policy.observe(StepStats(shape=None, num_nodes=0, accepted=0,
+                                      target_entropy=float(entropy(logits[-1]))))
+
+        while len(result.tokens) < max_new_tokens and result.tokens[-1] not in self.eos:
+            prefix = self.target.length
+            shape = self.policy.plan(DecodeState(step=result.steps, context_len=len(tokens)))
+            if self.drafter is None:
+                tree = DraftTree.root_only(tokens[-1])
+            else:
+                ctx = DraftContext(torch.tensor(tokens, dtype=torch.long), feats)
+                tree = self.drafter.propose(ctx, shape, sampling, rng)
+            logits, hidden = self._forward(tree.tokens, tree.positions(prefix), tree.attention_mask(prefix))
+            accepted = verify(tree, logits, sampling, self.rule, rng, **self.rule_options)
+            self.target.commit(prefix, accepted.nodes)
+            if feats is not None:
+                feats = torch.cat([feats, hidden[list(accepted.nodes)]])
+            emitted = accepted.emitted(tree)
+            tokens.extend(emitted)
+            kept = 0
+            for tok in emitted:
+                if len(result.tokens) >= max_new_tokens or (result.tokens and result.tokens[-1] in self.eos):
+                    break
+                result.tokens.append(tok)
+                kept += 1
+            h = float(entropy(logits[accepted.nodes[-1]]))
+            self.policy.observe(StepStats(shape=shape, num_nodes=tree.num_drafted,
+                                          accepted=accepted.num_drafted_accepted, target_entropy=h))
+            result.steps += 1
+            result.accepted_per_step.append(kept)
+            result.shapes.append(shape)
+            result.nodes_per_step.append(tree.num_drafted)
+            result.entropies.append(h)
+        result.seconds = time.perf_counter() - start
+        return result
+
+    def _lossless(self, sampling: SamplingParams) -> bool:
+        return self.rule == "auto" or self.rule in LOSSLESS_RULES

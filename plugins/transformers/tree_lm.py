@@ -1,0 +1,83 @@
+"""A Hugging Face causal LM behind sagespec's TreeLM contract: KV cache, arbitrary tree masks,
+explicit positions, contiguous commit of accepted KV. Attention runs through
+`sagespec.kernels.tree_attention`, registered with transformers' attention interface."""
+from __future__ import annotations
+
+import torch
+
+from sagespec.kernels import commit_accepted_kv, tree_attention
+
+ATTENTION_NAME = "sagespec_tree"
+_backend = {"name": "auto"}
+
+
+def _hf_tree_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """query [1, Hq, q, D], key/value [1, Hkv, kv, D] (cache included) -> ([1, q, Hq, D], None)."""
+    if query.shape[0] != 1:
+        raise ValueError("the reference runtime runs one request at a time")
+    q_len, kv_len = query.shape[2], key.shape[2]
+    if attention_mask is None:  # plain causal use (e.g. model.generate): the last q rows of a causal mask
+        mask = torch.ones(q_len, kv_len, dtype=torch.bool, device=query.device).tril(kv_len - q_len)
+    else:
+        mask = attention_mask[0, 0]
+        if mask.dtype != torch.bool:
+            mask = mask == 0
+    out = tree_attention(query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
+                         torch.tensor([0, q_len]), torch.tensor([0, kv_len]), mask.reshape(-1),
+                         sm_scale=scaling, backend=_backend["name"])
+    return out.unsqueeze(0), None
+
+
+def register_attention(backend: str = "auto") -> None:
+    from transformers import AttentionInterface
+    _backend["name"] = backend
+    AttentionInterface.register(ATTENTION_NAME, _hf_tree_attention)
+
+
+class HFTreeLM:
+    def __init__(self, model, hidden_layer_ids=()):
+        from transformers import DynamicCache
+        register_attention(_backend["name"])
+        model.set_attn_implementation(ATTENTION_NAME)
+        self.model = model
+        self.vocab_size = model.config.vocab_size
+        self.hidden_layer_ids = tuple(hidden_layer_ids)
+        self._cache_cls = DynamicCache
+        self.cache = DynamicCache(config=model.config)
+
+    @property
+    def length(self) -> int:
+        return self.cache.get_seq_length()
+
+    @property
+    def device(self):
+        return self.model.device
+
+    @torch.no_grad()
+    def forward(self, tokens, positions, mask, with_hidden: bool = False):
+        """Logits [q, V] in fp32; with_hidden also returns the chosen layers' hidden states
+        concatenated [q, len(ids) * hidden]."""
+        dev = self.device
+        out = self.model(input_ids=tokens.view(1, -1).to(dev), position_ids=positions.view(1, -1).to(dev),
+                         attention_mask=mask[None, None].to(dev), past_key_values=self.cache, use_cache=True,
+                         output_hidden_states=with_hidden)
+        logits = out.logits[0].float()
+        if not with_hidden:
+            return logits
+        feats = torch.cat([out.hidden_states[i][0] for i in self.hidden_layer_ids], -1)
+        return logits, feats
+
+    def truncate(self, length: int) -> None:
+        if length == 0:
+            self.cache = self._cache_cls(config=self.model.config)
+            return
+        for layer in self.cache.layers:
+            layer.keys = layer.keys[:, :, :length]
+            layer.values = layer.values[:, :, :length]
+
+    def commit(self, prefix_len: int, accepted) -> None:
+        """Keep the prefix plus the accepted tree nodes (root first), contiguously."""
+        for layer in self.cache.layers:
+            commit_accepted_kv(layer.keys, prefix_len, accepted, dim=2)
+            commit_accepted_kv(layer.values, prefix_len, accepted, dim=2)
+        self.truncate(prefix_len + len(accepted))
