@@ -87,11 +87,10 @@ def _grow_dynamic(root_token, root_logits, scorer, shape, params) -> DraftTree:
     order = sorted(range(1, len(tokens)), key=lambda i: -scores[i])[: shape.budget]
     keep = [0] + sorted(order)
     remap = {old: new for new, old in enumerate(keep)}
-    vocab = root_logits.shape[-1]
-    q = torch.zeros(len(keep), vocab, dtype=torch.float32)
+    q = torch.zeros(len(keep), root_logits.shape[-1], dtype=dist[0].dtype)
     for old, new in remap.items():
         if old in dist:
-            q[new] = dist[old].float()
+            q[new] = dist[old]
     return DraftTree.from_parents([tokens[i] for i in keep],
                                   [-1] + [remap[parents[i]] for i in keep[1:]], draft_probs=q)
 
@@ -131,8 +130,7 @@ def _grow_by_paths(root_token, root_logits, scorer, paths, params, rng, sampled:
                                   [parents[i] for i in to_score], [depths[i] for i in to_score])
             for i, row in zip(to_score, logits):
                 dist[i] = process_logits(row, params) if sampled else _draft_dist(row, params)
-    vocab = root_logits.shape[-1]
-    q = torch.zeros(len(tokens), vocab, dtype=torch.float32)
+    q = torch.zeros(len(tokens), root_logits.shape[-1], dtype=dist[0].dtype)
     for i, row in dist.items():
-        q[i] = row.float()
+        q[i] = row
     return DraftTree.from_parents(tokens, parents, draft_probs=q, sampled_children=sampled)

@@ -1,0 +1,154 @@
+"""The reference runtime on tiny random Llama models: greedy identity for every drafter x policy,
+a model drafting for itself accepts everything, and sampling matches the target's distribution."""
+import copy
+import math
+
+import pytest
+import torch
+
+from sagespec.common.drafters import DraftModelDrafter, EagleDrafter, EagleHead, EagleHeadConfig, NgramDrafter
+from sagespec.common.params import ConfigError
+from sagespec.common.policies import POLICIES, SagePolicy, StaticPolicy, make_policy
+from sagespec.common.sampling import SamplingParams
+from sagespec.plugins.transformers.runtime import SpeculativeGenerator
+from sagespec.plugins.transformers.tree_lm import HFTreeLM
+from tiny_models import tiny_llama
+
+PROMPT = [1, 5, 7, 9, 5, 7, 9, 5, 7, 11, 3]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(seed=0)
+
+
+@pytest.fixture(scope="module")
+def oracle(target):
+    ref = copy.deepcopy(target)  # stock attention, stock generate
+    ref.set_attn_implementation("sdpa")
+    out = ref.generate(torch.tensor([PROMPT]), max_new_tokens=48, min_new_tokens=48, do_sample=False)
+    return out[0, len(PROMPT):].tolist()
+
+
+def make_drafter(name, target, seed=1):
+    if name == "ngram":
+        return NgramDrafter()
+    if name == "draft-model":
+        return DraftModelDrafter(HFTreeLM(tiny_llama(seed=seed)))
+    head = EagleHead.random(EagleHeadConfig.for_target(target.config), target.model.embed_tokens.weight,
+                            target.lm_head.weight, seed=seed)
+    return EagleDrafter(head)
+
+
+def generator(target, drafter, policy, **kw):
+    layers = drafter.needs.hidden_layer_ids if drafter is not None else ()
+    return SpeculativeGenerator(HFTreeLM(target, hidden_layer_ids=layers), drafter, policy, **kw)
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("drafter", ["ngram", "draft-model", "eagle"])
+def test_greedy_identity(target, oracle, drafter, policy):
+    gen = generator(target, make_drafter(drafter, target), make_policy(policy))
+    res = gen.generate(PROMPT, 48)
+    assert res.tokens == oracle
+    assert sum(res.accepted_per_step) == len(res.tokens) == 48
+    assert max(res.nodes_per_step) > 1  # real trees/chains were drafted, not root-only steps
+
+
+def test_plain_decoding_matches(target, oracle):
+    assert generator(target, None, None).generate(PROMPT, 48).tokens == oracle
+
+
+@pytest.mark.parametrize("policy", [StaticPolicy(), make_policy("chain", depth=5)], ids=["static", "chain"])
+def test_target_as_its_own_draft_accepts_everything(target, oracle, policy):
+    drafter = DraftModelDrafter(HFTreeLM(copy.deepcopy(target)))
+    res = generator(target, drafter, policy).generate(PROMPT, 48)
+    assert res.tokens == oracle
+    depth = policy.plan(None).depth
+    assert all(n == depth + 1 for n in res.accepted_per_step[1:-1])  # every step: all drafted + bonus
+
+
+def test_self_draft_accepts_its_whole_greedy_line_in_dynamic_trees(target):
+    drafter = DraftModelDrafter(HFTreeLM(copy.deepcopy(target)))
+    gen = generator(target, drafter, SagePolicy(budget=12))
+    res = gen.generate(PROMPT, 40)
+    # the greedy line is the first child at every level; the rerank can cut it short but never
+    # rejects it: each step accepts at least one drafted token
+    assert all(n >= 2 for n in res.accepted_per_step[1:-1])
+
+
+def test_eos_stops_generation(target, oracle):
+    gen = SpeculativeGenerator(HFTreeLM(target), NgramDrafter(), make_policy("sage"), eos_token_ids=[oracle[5]])
+    res = gen.generate(PROMPT, 48)
+    assert res.tokens == oracle[: oracle.index(oracle[5]) + 1]
+
+
+def test_lossy_rule_is_flagged_and_bad_rules_refused(target):
+    res = generator(target, NgramDrafter(), make_policy("chain"), rule="typical").generate(PROMPT, 8)
+    assert res.lossless is False
+    with pytest.raises(ConfigError, match="unknown"):
+        generator(target, NgramDrafter(), make_policy("chain"), rule="yolo").generate(PROMPT, 8)
+    with pytest.raises(ConfigError, match="temperature 0"):
+        generator(target, None, None, rule="greedy").generate(PROMPT, 4, SamplingParams(1.0))
+
+
+# ---- sampling at temperature 1: Monte Carlo against the exact target distribution -----------
+
+V_SMALL = 12
+
+
+def exact_pair_distribution(model, prompt):
+    """P(t2, t3) of the 2nd and 3rd generated tokens (the first verify steps), exactly."""
+    with torch.no_grad():
+        p1 = torch.softmax(model(torch.tensor([prompt])).logits[0, -1].double(), -1)
+        seqs = torch.tensor([prompt + [a, b] for a in range(V_SMALL) for b in range(V_SMALL)])
+        logits = model(seqs).logits.double()
+    p2 = torch.softmax(logits[:, -2], -1).view(V_SMALL, V_SMALL, V_SMALL)[:, 0]  # p(t2 | t1)
+    p3 = torch.softmax(logits[:, -1], -1).view(V_SMALL, V_SMALL, V_SMALL)      # p(t3 | t1, t2)
+    joint = p1[:, None, None] * p2[:, :, None] * p3
+    return joint.sum(0)
+
+
+def chi_square_pvalue(counts, probs, min_expected=5.0):
+    n = counts.sum()
+    expected = probs * n
+    big = expected >= min_expected
+    obs = torch.cat([counts[big], counts[~big].sum().view(1)])
+    exp = torch.cat([expected[big], expected[~big].sum().view(1)])
+    keep = exp > 0
+    stat = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
+    k = int(keep.sum()) - 1
+    z = ((stat / k) ** (1 / 3) - (1 - 2 / (9 * k))) / math.sqrt(2 / (9 * k))  # Wilson-Hilferty
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def sample_pairs(target, drafter, policy, rule, n):
+    gen = generator(target, drafter, policy, rule=rule)
+    counts = torch.zeros(V_SMALL, V_SMALL, dtype=torch.float64)
+    for seed in range(n):
+        t = gen.generate([1, 2, 3], 3, SamplingParams(1.0), seed=seed).tokens
+        counts[t[1], t[2]] += 1
+    return counts
+
+
+@pytest.fixture(scope="module")
+def small_pair():
+    target = tiny_llama(vocab_size=V_SMALL, seed=3, init_std=0.15)
+    draft = tiny_llama(vocab_size=V_SMALL, seed=4, init_std=0.15)
+    return target, draft, exact_pair_distribution(target, [1, 2, 3])
+
+
+@pytest.mark.parametrize("sampled,policy", [(True, "chain"), (False, "sage")], ids=["iid-chain", "topk-sage-tree"])
+def test_sampling_matches_target_distribution(small_pair, sampled, policy):
+    target, draft, exact = small_pair
+    drafter = DraftModelDrafter(HFTreeLM(copy.deepcopy(draft)), sample_children=sampled)
+    counts = sample_pairs(target, drafter, make_policy(policy), "auto", 1200)
+    assert chi_square_pvalue(counts.flatten(), exact.flatten()) > 1e-3
+
+
+def test_sampling_test_detects_a_lossy_rule(small_pair):
+    """Negative control: the same statistic rejects typical acceptance on the same setup."""
+    target, draft, exact = small_pair
+    drafter = DraftModelDrafter(HFTreeLM(copy.deepcopy(draft)))
+    counts = sample_pairs(target, drafter, make_policy("sage"), "typical", 1200)
+    assert chi_square_pvalue(counts.flatten(), exact.flatten()) < 1e-3
