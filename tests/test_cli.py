@@ -1,0 +1,47 @@
+"""The `sagespec` command: the JSON contract, and one clear line (exit 2) for bad input."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sagespec.plugins.transformers.cli import main
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "sagespec.plugins.transformers.cli", *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["generate", "--prompt", "x", "--budget", "0"], "--budget 0"),
+    (["generate", "--prompt", "x", "--temperature", "-1"], "temperature=-1.0"),
+    (["generate", "--prompt-file", "/no/such/file"], "--prompt-file"),
+    (["generate", "--prompt", "x", "--model", "/no/such/model"], "no such folder"),
+    (["generate", "--prompt", "x", "--max-new-tokens", "0"], "--max-new-tokens 0"),
+    (["generate", "--prompt", "x", "--rule", "yolo"], "--rule 'yolo'"),
+    (["bench", "--dataset", "gsm8k"], "invalid choice: 'gsm8k'"),
+    (["bench", "--dataset", "mt-bench", "ngram:fancy"], "policy 'fancy'"),
+    (["generate", "--prompt", "x", "--drafter", "draft-model", "--model", "{tmp}"], "config.json"),
+])
+def test_bad_input_is_one_clear_line(args, fragment, tmp_path, capsys):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    try:
+        code = main(args)
+    except SystemExit as e:  # argparse's own checks exit directly
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("sagespec: error:") and fragment in err[0]
+
+
+@pytest.mark.slow
+def test_generate_json_contract():
+    out = run_cli("generate", "--model", "smollm2", "--prompt", "Name three colors.", "--drafter", "ngram",
+                  "--policy", "sage", "--max-new-tokens", "12", "--temperature", "0", "--seed", "1", "--json",
+                  "--threads", "2")
+    assert out.returncode == 0, out.stderr
+    obj = json.loads(out.stdout)
+    assert set(obj) >= {"tokens", "text", "steps", "accepted_per_step", "seconds"}
+    assert len(obj["tokens"]) == sum(obj["accepted_per_step"]) and len(obj["accepted_per_step"]) == obj["steps"]
+    assert obj["text"].strip()

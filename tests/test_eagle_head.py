@@ -1,0 +1,51 @@
+"""EAGLE head checkpoints: round trip, identical logits, refusal of heads built for another target."""
+import json
+
+import pytest
+import torch
+
+from sagespec.common.drafters import EagleHead, EagleHeadConfig
+from sagespec.common.drafters.tree_lm import causal_extension_mask
+from sagespec.common.params import ConfigError
+from tiny_models import tiny_llama
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(seed=0)
+
+
+def head_for(target, **kw):
+    cfg = EagleHeadConfig.for_target(target.config, **kw)
+    return EagleHead.random(cfg, target.model.embed_tokens.weight, target.lm_head.weight, seed=2)
+
+
+def run(head, n=6):
+    g = torch.Generator().manual_seed(0)
+    feats = torch.randn(n, head.fc.in_features, generator=g)
+    toks = torch.randint(0, head.config.vocab_size, (n,), generator=g)
+    head.reset_cache()
+    return head.step(toks, head.fuse(feats), torch.arange(1, n + 1), causal_extension_mask(0, n))[1]
+
+
+@pytest.mark.parametrize("kw", [{}, {"target_layer_ids": (0, 1, 2), "draft_vocab_size": 40}],
+                         ids=["eagle1", "eagle3-reduced-vocab"])
+def test_save_load_round_trip(tmp_path, target, kw):
+    head = head_for(target, **kw)
+    head.save(tmp_path)
+    loaded = EagleHead.load(tmp_path, target.model.embed_tokens.weight, target.lm_head.weight,
+                            target.config.num_hidden_layers)
+    assert loaded.config == head.config
+    torch.testing.assert_close(run(loaded), run(head), rtol=0, atol=0)
+
+
+def test_mismatched_head_is_refused_naming_fields(tmp_path, target):
+    head_for(target, target_layer_ids=(0, 7)).save(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["target_hidden_size"] = 123
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError) as e:
+        EagleHead.load(tmp_path, target.model.embed_tokens.weight, target.lm_head.weight, 2)
+    assert "target_hidden_size=123" in str(e.value) and "target_layer_ids=[0, 7]" in str(e.value)
+    with pytest.raises(ConfigError, match="no config.json"):
+        EagleHead.load(tmp_path / "missing", target.model.embed_tokens.weight, target.lm_head.weight, 2)

@@ -1,0 +1,70 @@
+"""The real default model (SmolLM2-135M-Instruct, fp32): greedy identity for every drafter x policy
+on MT-Bench prompts, against transformers' own greedy generate."""
+import copy
+
+import pytest
+import torch
+
+from sagespec.common.datasets import load_prompts
+from sagespec.common.drafters import (DraftModelDrafter, EagleDrafter, EagleHead, EagleHeadConfig, NgramDrafter,
+                                      check_shared_vocabulary)
+from sagespec.common.params import ConfigError
+from sagespec.common.policies import POLICIES, make_policy
+from sagespec.plugins.transformers.runtime import SpeculativeGenerator
+from sagespec.plugins.transformers.tree_lm import HFTreeLM
+from tiny_models import tiny_llama
+
+NUM_PROMPTS, NEW_TOKENS = 4, 64
+
+
+@pytest.fixture(scope="module")
+def prompts(smollm2_fp32):
+    return [smollm2_fp32.encode_chat(p.text) for p in load_prompts("mt-bench", NUM_PROMPTS)]
+
+
+@pytest.fixture(scope="module")
+def oracle(smollm2_fp32, prompts):
+    ref = copy.deepcopy(smollm2_fp32.model)
+    ref.set_attn_implementation("sdpa")
+    eos = smollm2_fp32.eos_ids()
+    outs = []
+    for ids in prompts:
+        out = ref.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=eos,
+                           pad_token_id=eos[0])
+        outs.append(out[0, len(ids):].tolist())
+    return outs
+
+
+def drafter_for(name, target):
+    m = target.model
+    if name == "ngram":
+        return NgramDrafter()
+    if name == "draft-model":  # a small random draft over the same vocabulary
+        return DraftModelDrafter(HFTreeLM(tiny_llama(vocab_size=m.config.vocab_size, layers=1, seed=5)))
+    cfg = EagleHeadConfig.for_target(m.config)
+    return EagleDrafter(EagleHead.random(cfg, m.model.embed_tokens.weight, m.lm_head.weight))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("drafter", ["ngram", "draft-model", "eagle"])
+def test_greedy_identity_on_smollm2(smollm2_fp32, prompts, oracle, drafter, policy):
+    d = drafter_for(drafter, smollm2_fp32)
+    gen = SpeculativeGenerator(HFTreeLM(smollm2_fp32.model, hidden_layer_ids=d.needs.hidden_layer_ids), d,
+                               make_policy(policy), eos_token_ids=smollm2_fp32.eos_ids())
+    drafted = 0
+    for ids, expected in zip(prompts, oracle):
+        res = gen.generate(ids, NEW_TOKENS)
+        assert res.tokens == expected
+        drafted += sum(res.nodes_per_step)
+    assert drafted > 0
+
+
+@pytest.mark.slow
+def test_draft_with_another_tokenizer_is_refused(smollm2_fp32):
+    vocab = smollm2_fp32.tokenizer.get_vocab()
+    other = dict(vocab)
+    other["hello-there"] = other.pop(next(iter(other)))
+    with pytest.raises(ConfigError, match="tokenizer does not match"):
+        check_shared_vocabulary(vocab, other)
+    check_shared_vocabulary(vocab, dict(vocab))
