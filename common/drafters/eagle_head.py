@@ -1,10 +1,12 @@
 """An EAGLE-style feature head: one decoder layer over the target's hidden states.
 
-Input at position t+1: the fused target features of position t (FC over the concatenation of the
-layers in `target_layer_ids`, one layer = EAGLE-1, three = EAGLE-3) and the embedding of token
-t+1, joined by `in_proj` (2h -> h). Deeper draft steps feed the head's own output hidden state back
-in place of the fused features. Embeddings and (unless a reduced draft vocabulary with its
-draft-to-target map is configured) the output layer are the target's, shared and frozen.
+The EAGLE-3 layout. Input at position t+1: the fused target features of position t (FC over the
+concatenation of the layers in `target_layer_ids`; one layer = EAGLE-1 style, three = EAGLE-3) and
+the embedding of token t+1. The decoder layer's attention reads [norm(embedding); norm(features)]
+(2h wide); its residual stream starts from the features. Deeper draft steps feed the head's own
+output hidden state (before the final norm) back in place of the fused features. Embeddings and
+(unless a reduced draft vocabulary with its draft-to-target map `d2t` is configured) the output
+layer are the target's, shared and frozen.
 
 Checkpoint: one folder with `config.json` (EagleHeadConfig fields) and `model.safetensors`
 (the head's own weights only).
@@ -90,12 +92,12 @@ def _rms_norm(x, weight, eps):
 
 
 def _rope(x, positions, theta):
-    """Rotate-half RoPE over the last dim of x [q, heads, d] at integer positions [q]."""
+    """Rotate-half RoPE over the last dim of x [..., q, heads, d] at integer positions [..., q]."""
     d = x.shape[-1]
     inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d))
-    ang = positions.float()[:, None] * inv[None, :]
-    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :].to(x.dtype)
-    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :].to(x.dtype)
+    ang = positions.to(x.device).float()[..., None] * inv
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[..., None, :].to(x.dtype)
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[..., None, :].to(x.dtype)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
@@ -106,11 +108,11 @@ class EagleHead(nn.Module):
         c = self.config = config
         h, nh, nkv, hd = c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim
         self.fc = nn.Linear(len(c.target_layer_ids) * c.target_hidden_size, h, bias=False)
-        self.in_proj = nn.Linear(2 * h, h, bias=False)
-        self.input_norm = nn.Parameter(torch.ones(h))
-        self.q_proj = nn.Linear(h, nh * hd, bias=False)
-        self.k_proj = nn.Linear(h, nkv * hd, bias=False)
-        self.v_proj = nn.Linear(h, nkv * hd, bias=False)
+        self.embed_norm = nn.Parameter(torch.ones(h))
+        self.hidden_norm = nn.Parameter(torch.ones(h))
+        self.q_proj = nn.Linear(2 * h, nh * hd, bias=False)
+        self.k_proj = nn.Linear(2 * h, nkv * hd, bias=False)
+        self.v_proj = nn.Linear(2 * h, nkv * hd, bias=False)
         self.o_proj = nn.Linear(nh * hd, h, bias=False)
         self.post_norm = nn.Parameter(torch.ones(h))
         self.gate_proj = nn.Linear(h, c.intermediate_size, bias=False)
@@ -144,19 +146,33 @@ class EagleHead(nn.Module):
         """[q, len(layers) * target_hidden] -> [q, hidden]."""
         return self.fc(target_features.to(self.fc.weight.dtype))
 
+    def attention_inputs(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor):
+        """For pairs (features [..., q, h], tokens [..., q]) at RoPE positions [..., q]: the residual
+        stream x and the rotated q, k and v ([..., q, heads, head_dim])."""
+        c = self.config
+        dtype = self.q_proj.weight.dtype
+        emb = F.embedding(tokens.to(self._embed.device), self._embed).to(dtype)
+        x = features.to(dtype)
+        hidden = torch.cat([_rms_norm(emb, self.embed_norm, c.rms_norm_eps),
+                            _rms_norm(x, self.hidden_norm, c.rms_norm_eps)], -1)
+        lead = tokens.shape
+        q = _rope(self.q_proj(hidden).view(*lead, c.num_attention_heads, c.head_dim), positions, c.rope_theta)
+        k = _rope(self.k_proj(hidden).view(*lead, c.num_key_value_heads, c.head_dim), positions, c.rope_theta)
+        v = self.v_proj(hidden).view(*lead, c.num_key_value_heads, c.head_dim)
+        return x, q, k, v
+
+    def attention_outputs(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """Residual x [..., q, h] plus attention output [..., q, heads, head_dim] -> output hidden."""
+        x = x + self.o_proj(attn.flatten(-2))
+        h2 = _rms_norm(x, self.post_norm, self.config.rms_norm_eps)
+        return x + self.down_proj(F.silu(self.gate_proj(h2)) * self.up_proj(h2))
+
     def step(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
              mask: torch.Tensor, use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """One pass of the head over q pairs (features [q, hidden], tokens [q]); `mask` is
         [q, cache_length + q]. Returns (output hidden [q, hidden], target-vocab logits [q, V])."""
         c = self.config
-        dtype = self.in_proj.weight.dtype
-        emb = F.embedding(tokens.to(self._embed.device), self._embed).to(dtype)
-        x = self.in_proj(torch.cat([emb, features.to(dtype)], -1))
-        hidden = _rms_norm(x, self.input_norm, c.rms_norm_eps)
-        q_len = tokens.numel()
-        q = _rope(self.q_proj(hidden).view(q_len, c.num_attention_heads, c.head_dim), positions, c.rope_theta)
-        k = _rope(self.k_proj(hidden).view(q_len, c.num_key_value_heads, c.head_dim), positions, c.rope_theta)
-        v = self.v_proj(hidden).view(q_len, c.num_key_value_heads, c.head_dim)
+        x, q, k, v = self.attention_inputs(tokens, features, positions)
         if self.k_cache is not None and self.k_cache.shape[0]:
             k_all, v_all = torch.cat([self.k_cache, k]), torch.cat([self.v_cache, v])
         else:
@@ -166,18 +182,23 @@ class EagleHead(nn.Module):
         attn = F.scaled_dot_product_attention(
             q.transpose(0, 1), k_all.transpose(0, 1), v_all.transpose(0, 1),
             attn_mask=mask.to(q.device), enable_gqa=c.num_key_value_heads != c.num_attention_heads)
-        x = x + self.o_proj(attn.transpose(0, 1).reshape(q_len, -1))
-        h2 = _rms_norm(x, self.post_norm, c.rms_norm_eps)
-        x = x + self.down_proj(F.silu(self.gate_proj(h2)) * self.up_proj(h2))
-        return x, self.logits(x)
+        out = self.attention_outputs(x, attn.transpose(0, 1))
+        return out, self.logits(out)
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits over the draft vocabulary (the target's when no reduced vocabulary is set)."""
         normed = _rms_norm(hidden, self.final_norm, self.config.rms_norm_eps)
         if self.lm_head is None:
             return (normed.to(self._target_lm_head.dtype) @ self._target_lm_head.T).float()
-        draft = self.lm_head(normed).float()
-        out = torch.full((hidden.shape[0], self.config.vocab_size), float("-inf"), device=draft.device)
-        return out.index_copy_(1, self.d2t, draft)
+        return self.lm_head(normed).float()
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits over the target vocabulary; tokens outside the draft vocabulary get -inf."""
+        draft = self.draft_logits(hidden)
+        if self.lm_head is None:
+            return draft
+        out = torch.full((*draft.shape[:-1], self.config.vocab_size), float("-inf"), device=draft.device)
+        return out.index_copy_(-1, self.d2t, draft)
 
     # ---- checkpoints --------------------------------------------------------------------
     def save(self, folder) -> None:

@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="DRAFTER:POLICY[:BUDGET], e.g. ngram:chain ngram:sage:16 eagle:dynamic")
     b.add_argument("--out", default="bench.json", help="JSON results file")
     b.add_argument("--plot", default="bench.png", help="PNG plot file")
+    t = sub.add_parser("train-drafter", help="train an EAGLE-3-style head for the target")
+    from .train_cli import add_arguments
+    add_arguments(t)
     return parser
 
 
@@ -63,6 +66,8 @@ def _sampling(args):
 
 
 def _check(args) -> None:
+    if args.command == "train-drafter":
+        return
     if args.max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens {args.max_new_tokens} must be >= 1")
     if args.threads < 1:
@@ -108,13 +113,19 @@ def cmd_bench(args) -> int:
     return run_bench(args, configs, _sampling(args))
 
 
+def cmd_train(args) -> int:
+    from .train_cli import run
+    return run(args)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         _check(args)
         import torch
-        torch.set_num_threads(args.threads)
-        return {"generate": cmd_generate, "bench": cmd_bench}[args.command](args)
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        return {"generate": cmd_generate, "bench": cmd_bench, "train-drafter": cmd_train}[args.command](args)
     except (ConfigError, ValueError, FileNotFoundError) as e:
         print(f"sagespec: error: {e}", file=sys.stderr)
         return 2

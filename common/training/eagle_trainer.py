@@ -1,0 +1,160 @@
+"""Training an EagleHead on cached target features: budgets, progress, resumable checkpoints.
+
+The data is a `FeatureSet` of padded sequences: per position the target's features at the head's
+layers (`layer_feats`, concatenated), its final normed hidden state (`final_hidden`, to recompute
+target logits over the draft vocabulary), the token ids and the real lengths.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..drafters.eagle_head import EagleHead
+from .eagle_ttt import ttt_forward, ttt_loss
+
+STATE_NAME = "trainer_state.pt"
+
+
+@dataclass
+class FeatureSet:
+    layer_feats: torch.Tensor   # [N, T, len(layers) * target_hidden]
+    final_hidden: torch.Tensor  # [N, T, target_hidden]
+    tokens: torch.Tensor        # [N, T]
+    lengths: torch.Tensor       # [N]
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    def save(self, path) -> None:
+        torch.save(asdict(self), path)
+
+    @classmethod
+    def load(cls, path) -> "FeatureSet":
+        return cls(**torch.load(path))
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 4                 # training-time-test unroll
+    decay: float = 0.8
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    batch_size: int = 4
+    max_tokens: int | None = None  # tokens seen (real positions) before stopping
+    max_minutes: float | None = None
+    checkpoint_minutes: float = 5.0
+    seed: int = 0
+    adaspec_top: float | None = None  # AdaSPEC: train only on this top fraction of KL gap
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    tokens_seen: int = 0
+    seconds: float = 0.0
+    history: list = field(default_factory=list)  # (tokens_seen, loss, step-0 agreement)
+
+
+def batch_tensors(data: FeatureSet, idx: torch.Tensor, head: EagleHead, w_draft: torch.Tensor, steps: int):
+    """Inputs of ttt_loss for the sequences `idx`."""
+    lengths = data.lengths[idx]
+    t_len = int(lengths.max()) - 1
+    feats = data.layer_feats[idx, :t_len].float()
+    pad = lambda x, value=0: F.pad(x, (0, 0, 0, steps)) if x.dim() == 3 else F.pad(x, (0, steps), value=value)
+    tokens = pad(data.tokens[idx, 1: t_len + 1])
+    with torch.no_grad():
+        target_logits = pad(data.final_hidden[idx, 1: t_len + 1].float() @ w_draft.T)
+    pos = torch.arange(1, t_len + 1 + steps)
+    valid = pos[None, :] < lengths[:, None]
+    return head.fuse(feats), tokens, target_logits, valid
+
+
+def adaspec_weights(head, reference, raw_feats, tokens, target_logits, valid, top):
+    """AdaSPEC selection (step 0): 1 on the top fraction of real positions by the KL gap
+    KL(p || q_draft) - KL(p || q_ref) = sum p (log q_ref - log q_draft), else 0."""
+    with torch.no_grad():
+        t_len = raw_feats.shape[1]
+        logq = [F.log_softmax(h.draft_logits(ttt_forward(h, h.fuse(raw_feats), tokens, 1)[0]), -1)
+                for h in (head, reference)]
+        p = F.softmax(target_logits[:, :t_len].float(), -1)
+        gap = (p * (logq[1] - logq[0])).sum(-1)
+        v = valid[:, :t_len]
+        k = max(1, math.ceil(top * int(v.sum())))
+        thresh = torch.topk(gap[v], k).values[-1]
+        w = torch.zeros(valid.shape, dtype=torch.float32)
+        w[:, :t_len] = ((gap >= thresh) & v).float()
+        return w
+
+
+def train_eagle_head(head: EagleHead, data: FeatureSet, w_draft: torch.Tensor, out_dir, cfg: TrainConfig,
+                     reference: EagleHead | None = None, progress=True, log=print) -> TrainState:
+    """Trains in place; resumes from out_dir's trainer state when present. Saves the head
+    (config.json + model.safetensors) and the trainer state at each checkpoint and at the end."""
+    from tqdm import tqdm
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    state = TrainState()
+    gen = torch.Generator().manual_seed(cfg.seed)
+    if (out_dir / STATE_NAME).is_file():
+        saved = torch.load(out_dir / STATE_NAME, weights_only=False)
+        head.load_state_dict(saved["head"])
+        opt.load_state_dict(saved["optimizer"])
+        state = TrainState(**saved["state"])
+        gen.set_state(saved["generator"])
+        log(f"resumed at step {state.step}, {state.tokens_seen} tokens seen")
+    if cfg.adaspec_top is not None and reference is None:
+        raise ValueError("AdaSPEC (adaspec_top) needs a reference head trained first")
+    head.train()
+    start, last_ckpt = time.perf_counter(), time.perf_counter()
+    elapsed0 = state.seconds
+    bar = tqdm(total=cfg.max_tokens, initial=state.tokens_seen, unit="tok", disable=not progress,
+               desc="train-drafter")
+    order = torch.empty(0, dtype=torch.long)
+    while True:
+        minutes = (elapsed0 + time.perf_counter() - start) / 60
+        if (cfg.max_tokens is not None and state.tokens_seen >= cfg.max_tokens) or \
+           (cfg.max_minutes is not None and minutes >= cfg.max_minutes):
+            break
+        if order.numel() < cfg.batch_size:
+            order = torch.randperm(len(data), generator=gen)
+        idx, order = order[: cfg.batch_size], order[cfg.batch_size:]
+        fused, tokens, target_logits, valid = batch_tensors(data, idx, head, w_draft, cfg.steps)
+        weights = None
+        if cfg.adaspec_top is not None:
+            raw = data.layer_feats[idx, : fused.shape[1]].float()
+            weights = adaspec_weights(head, reference, raw, tokens, target_logits, valid, cfg.adaspec_top)
+        loss, accs = ttt_loss(head, fused, tokens, target_logits, valid, cfg.steps, cfg.decay, weights)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        n_tok = int(valid[:, : fused.shape[1]].sum())
+        state.step += 1
+        state.tokens_seen += n_tok
+        state.history.append((state.tokens_seen, float(loss.detach()), accs[0]))
+        bar.update(n_tok)
+        bar.set_postfix(loss=f"{float(loss.detach()):.3f}", acc0=f"{accs[0]:.2f}", acc_last=f"{accs[-1]:.2f}")
+        if time.perf_counter() - last_ckpt >= cfg.checkpoint_minutes * 60:
+            state.seconds = elapsed0 + time.perf_counter() - start
+            save_checkpoint(head, opt, state, gen, out_dir)
+            last_ckpt = time.perf_counter()
+    bar.close()
+    state.seconds = elapsed0 + time.perf_counter() - start
+    save_checkpoint(head, opt, state, gen, out_dir)
+    head.eval()
+    return state
+
+
+def save_checkpoint(head, opt, state: TrainState, gen, out_dir: Path) -> None:
+    head.save(out_dir)
+    torch.save({"head": head.state_dict(), "optimizer": opt.state_dict(), "state": asdict(state),
+                "generator": gen.get_state()}, out_dir / STATE_NAME)
+    (out_dir / "training_log.json").write_text(json.dumps(asdict(state)))

@@ -1,0 +1,89 @@
+"""`sagespec train-drafter`: an EAGLE-3-style head for a target, trained on ShareGPT on CPU or CUDA."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+from sagespec.common.drafters import EagleHead, EagleHeadConfig
+from sagespec.common.params import ConfigError
+from sagespec.common.training.eagle_trainer import STATE_NAME, TrainConfig, train_eagle_head
+
+from .drafter_data import cached_features, conversation_ids, extract_features
+from .model_loading import cache_dir, load_model
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", default="smollm2")
+    p.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"],
+                   help="target dtype while extracting features (float32 is faster on CPUs without bf16 units)")
+    p.add_argument("--out", required=True, help="checkpoint folder (resumed when it holds a trainer state)")
+    p.add_argument("--conversations", type=int, default=2000)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--layers", default=None, help="target hidden-state ids to fuse, e.g. 2,15,27 (default: low, mid, high)")
+    p.add_argument("--draft-vocab", type=int, default=8192, help="reduced draft vocabulary size (0: the target's)")
+    p.add_argument("--ttt-steps", type=int, default=4)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--max-tokens", type=int, default=None)
+    p.add_argument("--max-minutes", type=float, default=None)
+    p.add_argument("--checkpoint-minutes", type=float, default=5.0)
+    p.add_argument("--adaspec-reference", help="a trained reference head folder: enables AdaSPEC selection")
+    p.add_argument("--adaspec-top", type=float, default=0.4, help="AdaSPEC: fraction of tokens trained on")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None)
+
+
+def default_layers(num_layers: int) -> tuple[int, int, int]:
+    return (2, num_layers // 2, num_layers - 3)
+
+
+def run(args) -> int:
+    if args.max_tokens is None and args.max_minutes is None:
+        raise ConfigError("train-drafter needs a budget: --max-tokens N and/or --max-minutes M")
+    torch.manual_seed(args.seed)
+    model, tok = load_model(args.model, args.dtype)
+    if tok is None:
+        raise ConfigError(f"--model {args.model}: a tokenizer is needed to build training data")
+    cfg = model.config
+    layers = tuple(int(x) for x in args.layers.split(",")) if args.layers else default_layers(cfg.num_hidden_layers)
+    key = hashlib.sha256(json.dumps([args.model, args.dtype, args.conversations, args.seq_len, layers]).encode())
+    feats_path = cache_dir() / f"features-{key.hexdigest()[:16]}.pt"
+    data = cached_features(feats_path, lambda: extract_features(
+        model, conversation_ids(tok, args.conversations, args.seq_len), layers))
+    embed, lm_head = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
+    out = Path(args.out)
+    if (out / STATE_NAME).is_file():
+        head = EagleHead.load(out, embed, lm_head, cfg.num_hidden_layers)
+    else:
+        vocab = None if args.draft_vocab == 0 else args.draft_vocab
+        head_cfg = EagleHeadConfig.for_target(cfg, layers, vocab)
+        head_cfg.check_target(cfg.hidden_size, cfg.vocab_size, cfg.num_hidden_layers)
+        head = EagleHead.random(head_cfg, embed, lm_head, seed=args.seed).float()
+        init_from_target(head, model, data.tokens[data.tokens > 0])
+    w_draft = lm_head.float() if head.lm_head is None else lm_head.float()[head.d2t]
+    reference = None
+    if args.adaspec_reference:
+        reference = EagleHead.load(args.adaspec_reference, embed, lm_head, cfg.num_hidden_layers).float()
+    train_cfg = TrainConfig(steps=args.ttt_steps, lr=args.lr, batch_size=args.batch_size, max_tokens=args.max_tokens,
+                            max_minutes=args.max_minutes, checkpoint_minutes=args.checkpoint_minutes, seed=args.seed,
+                            adaspec_top=args.adaspec_top if reference is not None else None)
+    state = train_eagle_head(head.float(), data, w_draft, out, train_cfg, reference)
+    print(json.dumps({"out": str(out), "steps": state.step, "tokens_seen": state.tokens_seen,
+                      "minutes": round(state.seconds / 60, 2), "last": state.history[-1] if state.history else None}))
+    return 0
+
+
+def init_from_target(head: EagleHead, model, token_stream: torch.Tensor) -> None:
+    """Draft vocabulary = the most frequent tokens of the training data; its output rows and the
+    final norm start as the target's, so the head starts close to reading the target's logits."""
+    with torch.no_grad():
+        head.final_norm.copy_(model.model.norm.weight.float())
+        if head.lm_head is None:
+            return
+        counts = torch.bincount(token_stream, minlength=head.config.vocab_size)
+        d2t = torch.topk(counts, head.config.draft_vocab_size).indices.sort().values
+        head.d2t.copy_(d2t)
+        head.lm_head.weight.copy_(model.get_output_embeddings().weight.float()[d2t])
