@@ -106,3 +106,24 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     s2 = train_eagle_head(make_head(target, seed=9).float(), data, w, tmp_path, cfg, progress=False, log=logs.append)
     assert logs and "resumed" in logs[0]
     assert s2.step > s1.step and s2.history[: len(s1.history)] == s1.history
+
+
+def test_vllm_eagle3_export_names_shapes_and_offsets(tmp_path):
+    import json as _json
+
+    from safetensors.torch import load_file
+
+    from sagespec.common.training.export_vllm import export_vllm_eagle3
+    target = tiny_llama(seed=0)
+    head = make_head(target, vocab=40)
+    head.d2t.copy_(torch.arange(40) * 2)  # draft id i -> target id 2i
+    export_vllm_eagle3(head, tmp_path, 512, dtype=torch.float32)
+    cfg = _json.loads((tmp_path / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["draft_vocab_size"] == 40
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == list(LAYERS)
+    w = load_file(str(tmp_path / "model.safetensors"))
+    h = target.config.hidden_size
+    assert w["midlayer.self_attn.q_proj.weight"].shape[1] == 2 * h
+    assert w["fc.weight"].shape == (h, 3 * h) and w["lm_head.weight"].shape == (40, h)
+    assert torch.equal(w["d2t"] + torch.arange(40), head.d2t)
+    assert torch.equal(w["midlayer.hidden_norm.weight"], head.hidden_norm.detach())

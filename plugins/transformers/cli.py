@@ -57,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train-drafter", help="train an EAGLE-3-style head for the target")
     from .train_cli import add_arguments
     add_arguments(t)
+    e = sub.add_parser("export-drafter", help="export a trained head to vLLM's EAGLE-3 draft format")
+    e.add_argument("--head", required=True, help="head folder (config.json + model.safetensors)")
+    e.add_argument("--out", required=True, help="folder to write the vLLM draft into")
+    e.add_argument("--model", default="smollm2", help="the target the head was trained for")
+    e.add_argument("--threads", type=int, default=None)
     return parser
 
 
@@ -66,7 +71,7 @@ def _sampling(args):
 
 
 def _check(args) -> None:
-    if args.command == "train-drafter":
+    if args.command in ("train-drafter", "export-drafter"):
         return
     if args.max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens {args.max_new_tokens} must be >= 1")
@@ -118,6 +123,18 @@ def cmd_train(args) -> int:
     return run(args)
 
 
+def cmd_export(args) -> int:
+    from sagespec.common.drafters import EagleHead
+    from sagespec.common.training.export_vllm import export_vllm_eagle3
+    from .model_loading import load_model
+    model, _ = load_model(args.model, "float32")
+    head = EagleHead.load(args.head, model.get_input_embeddings().weight, model.get_output_embeddings().weight,
+                          model.config.num_hidden_layers)
+    out = export_vllm_eagle3(head, args.out, model.config.max_position_embeddings)
+    print(f"wrote vLLM EAGLE-3 draft to {out}")
+    return 0
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -125,7 +142,8 @@ def main(argv=None) -> int:
         import torch
         if args.threads:
             torch.set_num_threads(args.threads)
-        return {"generate": cmd_generate, "bench": cmd_bench, "train-drafter": cmd_train}[args.command](args)
+        return {"generate": cmd_generate, "bench": cmd_bench, "train-drafter": cmd_train,
+                "export-drafter": cmd_export}[args.command](args)
     except (ConfigError, ValueError, FileNotFoundError) as e:
         print(f"sagespec: error: {e}", file=sys.stderr)
         return 2

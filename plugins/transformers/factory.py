@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from sagespec.common.drafters import (DRAFTER_NAMES, DraftModelDrafter, EagleDrafter, EagleHead, EagleHeadConfig,
                                       NgramDrafter, check_shared_vocabulary)
@@ -14,10 +15,18 @@ from .runtime import SpeculativeGenerator
 from .tree_lm import HFTreeLM
 
 
+def shipped_head(model_name: str) -> Path | None:
+    """The trained head that ships for an embedded default model, if any."""
+    import sagespec.common
+    folder = Path(sagespec.common.__file__).parent / "assets" / f"{model_name}-eagle3"
+    return folder if (folder / "config.json").is_file() else None
+
+
 @dataclass
 class LoadedTarget:
     model: object
     tokenizer: object
+    name: str = ""
 
     def encode_chat(self, text: str) -> list[int]:
         tok = self.tokenizer
@@ -38,7 +47,7 @@ class LoadedTarget:
 
 def load_target(model: str, dtype: str) -> LoadedTarget:
     lm, tok = load_model(model, dtype)
-    return LoadedTarget(lm, tok)
+    return LoadedTarget(lm, tok, model)
 
 
 def make_drafter(name: str, target: LoadedTarget, draft_model: str | None = None, eagle_head: str | None = None,
@@ -62,6 +71,7 @@ def make_drafter(name: str, target: LoadedTarget, draft_model: str | None = None
         return DraftModelDrafter(HFTreeLM(lm))
     m = target.model
     embed, lm_head = m.get_input_embeddings().weight, m.get_output_embeddings().weight
+    eagle_head = eagle_head or shipped_head(target.name)
     if eagle_head:
         head = EagleHead.load(eagle_head, embed, lm_head, m.config.num_hidden_layers)
     else:

@@ -85,7 +85,7 @@ class SpeculativeGenerator:
                        **self.rule_options)
         tokens = prompt.tolist() + [first.bonus]
         result = GenerationResult(tokens=[first.bonus], steps=1, accepted_per_step=[1], seconds=0.0,
-                                  rule=self.rule, lossless=self._lossless(sampling))
+                                  rule=self.rule, lossless=self.lossless)
         self.policy.observe(StepStats(shape=None, num_nodes=0, accepted=0,
                                       target_entropy=float(entropy(logits[-1]))))
 
@@ -121,5 +121,6 @@ class SpeculativeGenerator:
         result.seconds = time.perf_counter() - start
         return result
 
-    def _lossless(self, sampling: SamplingParams) -> bool:
+    @property
+    def lossless(self) -> bool:
         return self.rule == "auto" or self.rule in LOSSLESS_RULES
