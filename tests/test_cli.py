@@ -23,6 +23,8 @@ def run_cli(*args):
     (["bench", "--dataset", "gsm8k"], "invalid choice: 'gsm8k'"),
     (["bench", "--dataset", "mt-bench", "ngram:fancy"], "policy 'fancy'"),
     (["generate", "--prompt", "x", "--drafter", "draft-model", "--model", "{tmp}"], "config.json"),
+    (["train-drafter", "--out", "{tmp}"], "needs a budget"),
+    (["generate", "--prompt", "x", "--eagle-head", "{tmp}", "--drafter", "eagle", "--model", "{tmp}"], "config.json"),
 ])
 def test_bad_input_is_one_clear_line(args, fragment, tmp_path, capsys):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]

@@ -127,3 +127,23 @@ def test_vllm_eagle3_export_names_shapes_and_offsets(tmp_path):
     assert w["fc.weight"].shape == (h, 3 * h) and w["lm_head.weight"].shape == (40, h)
     assert torch.equal(w["d2t"] + torch.arange(40), head.d2t)
     assert torch.equal(w["midlayer.hidden_norm.weight"], head.hidden_norm.detach())
+
+
+def test_adaspec_trains_only_on_the_selected_fraction(tmp_path):
+    from sagespec.common.training.eagle_trainer import adaspec_weights, batch_tensors
+    target = tiny_llama(seed=0)
+    data = self_distillation_set(target, n=8)
+    w = target.lm_head.weight.detach()
+    reference = make_head(target, seed=4).float()
+    head = make_head(target, seed=5).float()
+    idx = torch.arange(4)
+    fused, tokens, logits, valid = batch_tensors(data, idx, head, w, 2)
+    raw = data.layer_feats[idx, : fused.shape[1]].float()
+    weights = adaspec_weights(head, reference, raw, tokens, logits, valid, 0.25)
+    real = int(valid[:, : fused.shape[1]].sum())
+    assert int(weights.sum()) >= -(-real // 4) and int(weights.sum()) < real // 2
+    assert bool((weights[~valid] == 0).all())
+    state = train_eagle_head(head, data, w, tmp_path, TrainConfig(steps=2, batch_size=4, max_tokens=600,
+                                                                  adaspec_top=0.25), reference=reference,
+                             progress=False, log=lambda m: None)
+    assert state.step >= 1 and all(torch.isfinite(torch.tensor(h[1])) for h in state.history)

@@ -22,7 +22,8 @@ def test_wheel_install_maps_folders_into_the_namespace(tmp_path):
     wheel = next((tmp_path / "dist").glob("sagespec-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     for must in ("sagespec/common/tree.py", "sagespec/kernels/tree_attention.py",
-                 "sagespec/plugins/transformers/runtime.py", "sagespec/common/verify/sampling.py"):
+                 "sagespec/plugins/transformers/runtime.py", "sagespec/common/verify/sampling.py",
+                 "sagespec/common/training/eagle_ttt.py"):
         assert must in names
     assert not any(n.startswith(("common/", "kernels/", "plugins/", "tests/")) for n in names)
     target = tmp_path / "site"

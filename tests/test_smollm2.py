@@ -68,3 +68,17 @@ def test_draft_with_another_tokenizer_is_refused(smollm2_fp32):
     with pytest.raises(ConfigError, match="tokenizer does not match"):
         check_shared_vocabulary(vocab, other)
     check_shared_vocabulary(vocab, dict(vocab))
+
+
+@pytest.mark.slow
+def test_shipped_head_loads_and_matches_its_manifest(smollm2_fp32):
+    import hashlib
+    import json
+
+    from sagespec.plugins.transformers.factory import make_drafter, shipped_head
+    folder = shipped_head("smollm2")
+    assert folder is not None
+    manifest = json.loads((folder / "MANIFEST.json").read_text())
+    assert hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest() == manifest["sha256"]
+    drafter = make_drafter("eagle", smollm2_fp32, warn=pytest.fail)  # no random-head warning
+    assert drafter.head.config.target_layer_ids == (2, 15, 27)

@@ -1,0 +1,50 @@
+"""Copy a trained head into common/assets as bf16 with a manifest (sha256, data, tokens, steps,
+measured acceptance).
+
+    .venv/bin/python scripts/ship_head.py --head DIR --name smollm2-eagle3 --acceptance FILE.json \\
+        --data "ShareGPT, 1200 conversations x 256 tokens"
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+from sagespec.common.drafters import EagleHead
+from sagespec.plugins.transformers.model_loading import load_model
+
+ASSETS = Path(__file__).resolve().parents[1] / "common" / "assets"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--head", required=True)
+    p.add_argument("--name", required=True)
+    p.add_argument("--model", default="smollm2")
+    p.add_argument("--acceptance", nargs="*", default=[], help="JSON files from benchmarks/drafter_acceptance.py")
+    p.add_argument("--data", required=True, help="what the head was trained on")
+    args = p.parse_args()
+    model, _ = load_model(args.model, "float32")
+    head = EagleHead.load(args.head, model.get_input_embeddings().weight, model.get_output_embeddings().weight,
+                          model.config.num_hidden_layers)
+    out = ASSETS / args.name
+    head.to(torch.bfloat16).save(out)
+    log = json.loads((Path(args.head) / "training_log.json").read_text())
+    history = log["history"]
+    stride = max(1, len(history) // 40)
+    manifest = {
+        "name": args.name, "target": args.model, "sha256": hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest(),
+        "bytes": (out / "model.safetensors").stat().st_size, "data": args.data, "tokens_seen": log["tokens_seen"],
+        "optimizer_steps": log["step"], "training_minutes": round(log["seconds"] / 60, 1),
+        "curve": [{"tokens": t, "loss": round(l, 4), "step0_agreement": round(a, 4)} for t, l, a in history[::stride]],
+        "acceptance": [json.loads(Path(f).read_text()) for f in args.acceptance],
+    }
+    (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    print(f"shipped {out} ({manifest['bytes'] / 1e6:.1f} MB)")
+
+
+if __name__ == "__main__":
+    main()
