@@ -137,10 +137,9 @@ def test_adaspec_trains_only_on_the_selected_fraction(tmp_path):
     reference = make_head(target, seed=4).float()
     head = make_head(target, seed=5).float()
     idx = torch.arange(4)
-    fused, tokens, logits, valid = batch_tensors(data, idx, head, w, 2)
-    raw = data.layer_feats[idx, : fused.shape[1]].float()
+    raw, tokens, logits, valid = batch_tensors(data, idx, w, 2)
     weights = adaspec_weights(head, reference, raw, tokens, logits, valid, 0.25)
-    real = int(valid[:, : fused.shape[1]].sum())
+    real = int(valid[:, : raw.shape[1]].sum())
     assert int(weights.sum()) >= -(-real // 4) and int(weights.sum()) < real // 2
     assert bool((weights[~valid] == 0).all())
     state = train_eagle_head(head, data, w, tmp_path, TrainConfig(steps=2, batch_size=4, max_tokens=600,

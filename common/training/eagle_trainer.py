@@ -61,18 +61,18 @@ class TrainState:
     history: list = field(default_factory=list)  # (tokens_seen, loss, step-0 agreement)
 
 
-def batch_tensors(data: FeatureSet, idx: torch.Tensor, head: EagleHead, w_draft: torch.Tensor, steps: int):
-    """Inputs of ttt_loss for the sequences `idx`."""
+def batch_tensors(data: FeatureSet, idx: torch.Tensor, w_draft: torch.Tensor, steps: int):
+    """For the sequences `idx`: the target's layer features (before the head's fusion) and the
+    tokens, target logits and validity mask that ttt_loss takes, padded by `steps` positions."""
     lengths = data.lengths[idx]
     t_len = int(lengths.max()) - 1
     feats = data.layer_feats[idx, :t_len].float()
-    pad = lambda x, value=0: F.pad(x, (0, 0, 0, steps)) if x.dim() == 3 else F.pad(x, (0, steps), value=value)
-    tokens = pad(data.tokens[idx, 1: t_len + 1])
+    tokens = F.pad(data.tokens[idx, 1: t_len + 1], (0, steps))
     with torch.no_grad():
-        target_logits = pad(data.final_hidden[idx, 1: t_len + 1].float() @ w_draft.T)
+        target_logits = F.pad(data.final_hidden[idx, 1: t_len + 1].float() @ w_draft.T, (0, 0, 0, steps))
     pos = torch.arange(1, t_len + 1 + steps)
     valid = pos[None, :] < lengths[:, None]
-    return head.fuse(feats), tokens, target_logits, valid
+    return feats, tokens, target_logits, valid
 
 
 def adaspec_weights(head, reference, raw_feats, tokens, target_logits, valid, top):
@@ -126,17 +126,16 @@ def train_eagle_head(head: EagleHead, data: FeatureSet, w_draft: torch.Tensor, o
         if order.numel() < cfg.batch_size:
             order = torch.randperm(len(data), generator=gen)
         idx, order = order[: cfg.batch_size], order[cfg.batch_size:]
-        fused, tokens, target_logits, valid = batch_tensors(data, idx, head, w_draft, cfg.steps)
+        feats, tokens, target_logits, valid = batch_tensors(data, idx, w_draft, cfg.steps)
         weights = None
         if cfg.adaspec_top is not None:
-            raw = data.layer_feats[idx, : fused.shape[1]].float()
-            weights = adaspec_weights(head, reference, raw, tokens, target_logits, valid, cfg.adaspec_top)
-        loss, accs = ttt_loss(head, fused, tokens, target_logits, valid, cfg.steps, cfg.decay, weights)
+            weights = adaspec_weights(head, reference, feats, tokens, target_logits, valid, cfg.adaspec_top)
+        loss, accs = ttt_loss(head, head.fuse(feats), tokens, target_logits, valid, cfg.steps, cfg.decay, weights)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        n_tok = int(valid[:, : fused.shape[1]].sum())
+        n_tok = int(valid[:, : feats.shape[1]].sum())
         state.step += 1
         state.tokens_seen += n_tok
         state.history.append((state.tokens_seen, float(loss.detach()), accs[0]))

@@ -61,7 +61,7 @@ def run(args) -> int:
         vocab = None if args.draft_vocab == 0 else args.draft_vocab
         head_cfg = EagleHeadConfig.for_target(cfg, layers, vocab)
         head_cfg.check_target(cfg.hidden_size, cfg.vocab_size, cfg.num_hidden_layers)
-        head = EagleHead.random(head_cfg, embed, lm_head, seed=args.seed).float()
+        head = EagleHead.random(head_cfg, embed, lm_head, seed=args.seed)
         init_from_target(head, model, data.tokens[data.tokens > 0])
     w_draft = lm_head.float() if head.lm_head is None else lm_head.float()[head.d2t]
     reference = None
