@@ -12,7 +12,7 @@ from sagespec.common.policies import ChainPolicy
 from sagespec.common.training.eagle_trainer import FeatureSet, TrainConfig, train_eagle_head
 from sagespec.common.training.eagle_ttt import ttt_forward
 from sagespec.plugins.transformers.runtime import SpeculativeGenerator
-from sagespec.plugins.transformers.tree_lm import HFTreeLM
+from sagespec.plugins._hf_tree_lm import HFTreeLM
 from tiny_models import tiny_llama
 
 LAYERS = (0, 1, 2)

@@ -1,7 +1,6 @@
 """The reference runtime on tiny random Llama models: greedy identity for every drafter x policy,
 a model drafting for itself accepts everything, and sampling matches the target's distribution."""
 import copy
-import math
 
 import pytest
 import torch
@@ -11,7 +10,8 @@ from sagespec.common.params import ConfigError
 from sagespec.common.policies import POLICIES, SagePolicy, StaticPolicy, make_policy
 from sagespec.common.sampling import SamplingParams
 from sagespec.plugins.transformers.runtime import SpeculativeGenerator
-from sagespec.plugins.transformers.tree_lm import HFTreeLM
+from sagespec.plugins._hf_tree_lm import HFTreeLM
+from distribution_stats import chi_square_pvalue
 from tiny_models import tiny_llama
 
 PROMPT = [1, 5, 7, 9, 5, 7, 9, 5, 7, 11, 3]
@@ -107,19 +107,6 @@ def exact_pair_distribution(model, prompt):
     p3 = torch.softmax(logits[:, -1], -1).view(V_SMALL, V_SMALL, V_SMALL)      # p(t3 | t1, t2)
     joint = p1[:, None, None] * p2[:, :, None] * p3
     return joint.sum(0)
-
-
-def chi_square_pvalue(counts, probs, min_expected=5.0):
-    n = counts.sum()
-    expected = probs * n
-    big = expected >= min_expected
-    obs = torch.cat([counts[big], counts[~big].sum().view(1)])
-    exp = torch.cat([expected[big], expected[~big].sum().view(1)])
-    keep = exp > 0
-    stat = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
-    k = int(keep.sum()) - 1
-    z = ((stat / k) ** (1 / 3) - (1 - 2 / (9 * k))) / math.sqrt(2 / (9 * k))  # Wilson-Hilferty
-    return 0.5 * math.erfc(z / math.sqrt(2))
 
 
 def sample_pairs(target, drafter, policy, rule, n):

@@ -11,7 +11,7 @@ from sagespec.common.drafters import (DraftModelDrafter, EagleDrafter, EagleHead
 from sagespec.common.params import ConfigError
 from sagespec.common.policies import POLICIES, make_policy
 from sagespec.plugins.transformers.runtime import SpeculativeGenerator
-from sagespec.plugins.transformers.tree_lm import HFTreeLM
+from sagespec.plugins._hf_tree_lm import HFTreeLM
 from tiny_models import tiny_llama
 
 NUM_PROMPTS, NEW_TOKENS = 4, 64
@@ -75,7 +75,8 @@ def test_shipped_head_loads_and_matches_its_manifest(smollm2_fp32):
     import hashlib
     import json
 
-    from sagespec.plugins.transformers.factory import make_drafter, shipped_head
+    from sagespec.common.shipped import shipped_head
+    from sagespec.plugins.transformers.factory import make_drafter
     folder = shipped_head("smollm2")
     assert folder is not None
     manifest = json.loads((folder / "MANIFEST.json").read_text())

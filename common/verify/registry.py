@@ -59,4 +59,5 @@ def verify(tree: DraftTree, target_logits: torch.Tensor, params: SamplingParams,
     if target_logits.dim() != 2 or target_logits.shape[0] != tree.num_nodes:
         raise ValueError(f"target_logits must be [num_nodes={tree.num_nodes}, vocab]; "
                          f"got {tuple(target_logits.shape)}")
-    return get_rule(rule, params)(tree, target_logits, params, rng or TorchRandom(), **options)
+    rng = rng or TorchRandom(generator=torch.default_generator)  # a fresh TorchRandom() repeats its stream
+    return get_rule(rule, params)(tree, target_logits, params, rng, **options)

@@ -3,23 +3,16 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from sagespec.common.drafters import (DRAFTER_NAMES, DraftModelDrafter, EagleDrafter, EagleHead, EagleHeadConfig,
                                       NgramDrafter, check_shared_vocabulary)
 from sagespec.common.params import ConfigError, check_int
 from sagespec.common.policies import POLICIES, make_policy
+from sagespec.common.shipped import shipped_head
 
 from .model_loading import load_model
 from .runtime import SpeculativeGenerator
-from .tree_lm import HFTreeLM
-
-
-def shipped_head(model_name: str) -> Path | None:
-    """The trained head that ships for an embedded default model, if any."""
-    import sagespec.common
-    folder = Path(sagespec.common.__file__).parent / "assets" / f"{model_name}-eagle3"
-    return folder if (folder / "config.json").is_file() else None
+from sagespec.plugins._hf_tree_lm import HFTreeLM
 
 
 @dataclass

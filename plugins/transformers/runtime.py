@@ -20,7 +20,7 @@ from sagespec.common.sampling import SamplingParams, entropy
 from sagespec.common.tree import DraftTree
 from sagespec.common.verify import LOSSLESS_RULES, get_rule, verify
 
-from .tree_lm import HFTreeLM
+from sagespec.plugins._hf_tree_lm import HFTreeLM
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""A Hugging Face causal LM behind sagespec's TreeLM contract: KV cache, arbitrary tree masks,
+"""A Hugging Face causal LM behind sagespec's TreeLM contract (the reference runtime's target, and
+draft models in every runtime): KV cache, arbitrary tree masks,
 explicit positions, contiguous commit of accepted KV. Attention runs through
 `sagespec.kernels.tree_attention`, registered with transformers' attention interface."""
 from __future__ import annotations

