@@ -11,8 +11,8 @@ from sagespec.common.drafters.tree_lm import causal_extension_mask
 from sagespec.common.policies import ChainPolicy
 from sagespec.common.training.eagle_trainer import FeatureSet, TrainConfig, train_eagle_head
 from sagespec.common.training.eagle_ttt import ttt_forward
-from sagespec.plugins.transformers.runtime import SpeculativeGenerator
 from sagespec.plugins._hf_tree_lm import HFTreeLM
+from sagespec.plugins.transformers.runtime import SpeculativeGenerator
 from tiny_models import tiny_llama
 
 LAYERS = (0, 1, 2)
@@ -146,3 +146,24 @@ def test_adaspec_trains_only_on_the_selected_fraction(tmp_path):
                                                                   adaspec_top=0.25), reference=reference,
                              progress=False, log=lambda m: None)
     assert state.step >= 1 and all(torch.isfinite(torch.tensor(h[1])) for h in state.history)
+
+
+@pytest.mark.slow
+def test_self_distillation_data_is_the_targets_own_greedy_answer(smollm2_fp32):
+    from sagespec.plugins.transformers.drafter_data import self_distilled_ids
+    model, tok = smollm2_fp32.model, smollm2_fp32.tokenizer
+    seq_len = 96
+    sequences = self_distilled_ids(model, tok, max_conversations=2, seq_len=seq_len, batch_size=2)
+    assert len(sequences) == 2
+    for seq in sequences:
+        # The prompt ends where the chat template opens the assistant turn; the rest is the answer.
+        opener = tok.apply_chat_template([{"role": "user", "content": "x"}], add_generation_prompt=True,
+                                         tokenize=True, return_dict=False)
+        opener = list(opener["input_ids"] if isinstance(opener, dict) else opener)[-3:]
+        cut = max(i for i in range(len(seq) - 2) if seq[i: i + 3] == opener) + 3
+        prompt, answer = seq[:cut], seq[cut:]
+        assert answer, "no answer was generated"
+        with torch.no_grad():
+            alone = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=len(answer),
+                                   pad_token_id=tok.pad_token_id)[0, len(prompt):].tolist()
+        assert answer == alone[: len(answer)]

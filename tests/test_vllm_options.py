@@ -101,3 +101,13 @@ def test_truncated_tree_is_a_tree():
     cut = truncate_tree(tree, 4)
     assert cut.tokens.tolist() == [9, 1, 2, 3] and cut.parents.tolist() == [-1, 0, 0, 1]
     assert truncate_tree(tree, 6) is tree
+
+
+def test_scheduled_prefix_stops_where_vllm_diverges():
+    from sagespec.common.tree import DraftTree
+    from sagespec.plugins.vllm.tree_step import scheduled_prefix
+    tree = DraftTree.from_parents([9, 1, 2, 3, 4], [-1, 0, 0, 1, 2])
+    assert scheduled_prefix(tree, [1, 2, 3, 4]).num_nodes == 5
+    assert scheduled_prefix(tree, [1, 2]).num_nodes == 3        # vLLM cut the list
+    assert scheduled_prefix(tree, [0, 0, 0, 0]).num_nodes == 1  # zeroed drafts: the root alone
+    assert scheduled_prefix(tree, [-1, -1]).num_nodes == 1      # placeholders

@@ -4,8 +4,7 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 
-SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
-                 "vllm:spec_decode_num_accepted_tokens")
+from sagespec.plugins.vllm.metrics import spec_decode_counters
 
 
 @contextmanager
@@ -25,15 +24,6 @@ def engine(model, spec=None, max_num_seqs: int = 8, dtype: str = "float32", max_
         cleanup_dist_env_and_memory()
 
 
-def spec_counters(llm) -> dict[str, float]:
-    """vLLM's own spec-decode counters (summed over labels); cumulative within a process."""
-    out = dict.fromkeys(SPEC_COUNTERS, 0.0)
-    for metric in llm.get_metrics():
-        if metric.name in out:
-            out[metric.name] += float(getattr(metric, "value", 0.0))
-    return out
-
-
 def greedy_tokens(llm, prompts, max_tokens: int) -> list[list[int]]:
     from vllm import SamplingParams, TokensPrompt
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
@@ -44,9 +34,9 @@ def greedy_tokens(llm, prompts, max_tokens: int) -> list[list[int]]:
 
 def counters_during(llm, work):
     """(work's result, the change in vLLM's spec-decode counters while it ran)."""
-    before = spec_counters(llm)
+    before = spec_decode_counters(llm)
     result = work()
-    after = spec_counters(llm)
+    after = spec_decode_counters(llm)
     return result, {k: after[k] - before[k] for k in before}
 
 

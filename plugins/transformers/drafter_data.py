@@ -26,6 +26,45 @@ def conversation_ids(tokenizer, max_conversations: int, seq_len: int, min_len: i
 
 
 @torch.no_grad()
+def self_distilled_ids(model, tokenizer, max_conversations: int, seq_len: int, batch_size: int = 8,
+                       min_len: int = 32) -> list[list[int]]:
+    """The target's own greedy answers to ShareGPT's first user turns (self-distillation data):
+    chat-templated prompt + the target's answer, cut to seq_len."""
+    prompts = []
+    for conv in iter_sharegpt(dataset_file("sharegpt")):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": conv["turns"][0]}],
+                                            add_generation_prompt=True, tokenize=True, return_dict=False)
+        ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
+        if len(ids) < seq_len - 8:
+            prompts.append(ids)
+        if len(prompts) >= max_conversations:
+            break
+    eos = model.generation_config.eos_token_id
+    eos = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos, default=0)
+    out = []
+    for a in tqdm(range(0, len(prompts), batch_size), desc="target answers", unit="batch"):
+        chunk = prompts[a: a + batch_size]
+        width = max(len(p) for p in chunk)
+        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+        mask = torch.zeros(len(chunk), width, dtype=torch.long)
+        for i, p in enumerate(chunk):  # left padding: every answer starts at the same column
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+        gen = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, pad_token_id=pad,
+                             max_new_tokens=seq_len - min(len(p) for p in chunk))
+        for i, p in enumerate(chunk):
+            answer = gen[i, width:].tolist()
+            ends = [j for j, t in enumerate(answer) if t in eos]
+            if ends:  # a finished answer keeps its end token; what follows is padding
+                answer = answer[: ends[0] + 1]
+            seq = (p + answer)[:seq_len]
+            if len(seq) >= min_len:
+                out.append(seq)
+    return out
+
+
+@torch.no_grad()
 def extract_features(model, sequences: list[list[int]], layer_ids, batch_size: int = 4,
                      store_dtype=torch.bfloat16) -> FeatureSet:
     """One target forward per batch; keeps the chosen layers' hidden states and the final normed

@@ -11,7 +11,7 @@ from sagespec.common.drafters import EagleHead, EagleHeadConfig
 from sagespec.common.params import ConfigError
 from sagespec.common.training.eagle_trainer import STATE_NAME, TrainConfig, train_eagle_head
 
-from .drafter_data import cached_features, conversation_ids, extract_features
+from .drafter_data import cached_features, conversation_ids, extract_features, self_distilled_ids
 from .model_loading import cache_dir, load_model
 
 
@@ -22,6 +22,8 @@ def add_arguments(p) -> None:
     p.add_argument("--out", required=True, help="checkpoint folder (resumed when it holds a trainer state)")
     p.add_argument("--conversations", type=int, default=2000)
     p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--self-distill", action="store_true",
+                   help="train on the target's own greedy answers to ShareGPT's first user turns")
     p.add_argument("--layers", default=None, help="target hidden-state ids to fuse, e.g. 2,15,27 (default: low, mid, high)")
     p.add_argument("--draft-vocab", type=int, default=8192, help="reduced draft vocabulary size (0: the target's)")
     p.add_argument("--ttt-steps", type=int, default=4)
@@ -40,6 +42,12 @@ def default_layers(num_layers: int) -> tuple[int, int, int]:
     return (2, num_layers // 2, num_layers - 3)
 
 
+def training_sequences(args, model, tok) -> list[list[int]]:
+    if args.self_distill:
+        return self_distilled_ids(model, tok, args.conversations, args.seq_len)
+    return conversation_ids(tok, args.conversations, args.seq_len)
+
+
 def run(args) -> int:
     if args.max_tokens is None and args.max_minutes is None:
         raise ConfigError("train-drafter needs a budget: --max-tokens N and/or --max-minutes M")
@@ -49,10 +57,12 @@ def run(args) -> int:
         raise ConfigError(f"--model {args.model}: a tokenizer is needed to build training data")
     cfg = model.config
     layers = tuple(int(x) for x in args.layers.split(",")) if args.layers else default_layers(cfg.num_hidden_layers)
-    key = hashlib.sha256(json.dumps([args.model, args.dtype, args.conversations, args.seq_len, layers]).encode())
+    fields = [args.model, args.dtype, args.conversations, args.seq_len, layers]
+    if args.self_distill:
+        fields.append("self-distill")
+    key = hashlib.sha256(json.dumps(fields).encode())
     feats_path = cache_dir() / f"features-{key.hexdigest()[:16]}.pt"
-    data = cached_features(feats_path, lambda: extract_features(
-        model, conversation_ids(tok, args.conversations, args.seq_len), layers))
+    data = cached_features(feats_path, lambda: extract_features(model, training_sequences(args, model, tok), layers))
     embed, lm_head = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
     out = Path(args.out)
     if (out / STATE_NAME).is_file():

@@ -31,8 +31,9 @@ from sagespec.plugins._hf_tree_lm import HFTreeLM
 from .options import ATTRIBUTE, SageOptions
 from .step_view import RequestStep, StepView
 
-logger = logging.getLogger("sagespec.vllm")
+logger = logging.getLogger("vllm.sagespec")  # under vLLM's logger: its handlers and level
 GREEDY = SamplingParams()
+LOG_EVERY = 1000  # proposals between two tree-shape log lines
 
 
 def chain_of(shape: TreeShape, room: int) -> TreeShape:
@@ -66,6 +67,10 @@ class ShapeStats:
         self.shapes[(shape.depth, shape.width)] += 1
         self.drafted += drafted
         self.proposals += 1
+        if self.proposals % LOG_EVERY == 0:
+            top = ", ".join(f"{d}x{w}: {n}" for (d, w), n in self.shapes.most_common(4))
+            logger.info("sagespec: %d proposals, %.1f drafted tokens each; shapes (depth x width) %s",
+                        self.proposals, self.drafted / self.proposals, top)
 
 
 class SageProposer:
@@ -86,6 +91,13 @@ class SageProposer:
         self.rng = TorchRandom(0)
         self.head: EagleHead | None = None
         SageProposer.live.add(self)
+        from vllm.platforms import current_platform
+        # Tree attention is wired into vLLM's CPU attention backend only; elsewhere every tree is
+        # cut to a chain (still verified by sagespec), never run with a chain-causal mask.
+        self.trees_allowed = current_platform.is_cpu()
+        if not self.trees_allowed:
+            logger.warning("sagespec: tree attention is implemented for vLLM's CPU backend only; "
+                           "drafting chains on %s", current_platform.device_type)
         if options.acceptance not in ("auto",):
             logger.warning("sagespec: acceptance %r is lossy: outputs may differ from the target model's",
                            options.acceptance)
@@ -144,7 +156,7 @@ class SageProposer:
                 drafts.append([])
                 continue
             shape = state.policy.plan(DecodeState(step=state.steps, context_len=n_tokens))
-            if req.mode == "vllm_chain" or shape.budget > room:
+            if req.mode == "vllm_chain" or shape.budget > room or not self.trees_allowed:
                 shape = chain_of(shape, room)
             tokens = torch.from_numpy(token_ids_cpu[i, :n_tokens].astype("int64"))
             tree = state.drafter.propose(DraftContext(tokens, state.features), shape, GREEDY, self.rng)

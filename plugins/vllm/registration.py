@@ -15,7 +15,7 @@ from .options import ATTRIBUTE, OWNER, parse_sage_config
 from .step_view import build_step_view, row_entropy
 from .tree_step import ActiveStep, draft_mode, fix_attention_rows, plan_tree_step, verify_and_commit
 
-logger = logging.getLogger("sagespec.vllm")
+logger = logging.getLogger("vllm.sagespec")  # under vLLM's logger: its handlers and level
 
 SUPPORTED_VLLM = ("0.32.0",)   # releases the integration tests run against (also in README)
 PROPOSER = "sagespec.plugins.vllm.proposer.SageProposer"
@@ -99,8 +99,8 @@ def _sample(original):
         if step is None or spec_decode_metadata is None:
             return original(self, logits, spec_decode_metadata)
         cu = spec_decode_metadata.cu_num_sampled_tokens.cpu().tolist()
-        starts = {e.req_idx: cu[e.req_idx] - e.n for e in step.entries}
-        rows = {e.req_idx: logits[starts[e.req_idx]: cu[e.req_idx]].float().clone() for e in step.entries}
+        starts = {e.req_idx: cu[e.req_idx] - e.scheduled for e in step.entries}
+        rows = {e.req_idx: logits[starts[e.req_idx]: starts[e.req_idx] + e.n].float().clone() for e in step.entries}
         output = original(self, logits, spec_decode_metadata)
         verify_and_commit(step, self, rows, output, self._sagespec_entropy, starts,
                           self.drafter.options.acceptance)

@@ -33,8 +33,9 @@ class TreeEntry:
     req_idx: int
     req_id: str
     start: int            # first row of the request in this step's flat token batch
+    scheduled: int        # tokens vLLM scheduled for it (root + drafts)
     prefix_len: int       # tokens with KV before this step (the root's position)
-    tree: DraftTree       # the scheduled prefix of the proposed tree; node 0 is the root
+    tree: DraftTree       # the longest prefix of the proposed tree that vLLM scheduled; node 0 = root
     accepted: tuple[int, ...] = ()
 
     @property
@@ -56,9 +57,18 @@ def truncate_tree(tree: DraftTree, num_nodes: int) -> DraftTree:
     return DraftTree.from_parents(tree.tokens[:num_nodes].tolist(), tree.parents[:num_nodes].tolist())
 
 
+def scheduled_prefix(tree: DraftTree, drafts) -> DraftTree:
+    """The tree cut where vLLM's scheduled drafts stop following it (vLLM may cut the list, or
+    replace it with placeholders); the rest of the scheduled tokens is never accepted."""
+    m = 1
+    while m < tree.num_nodes and m <= len(drafts) and int(tree.tokens[m]) == int(drafts[m - 1]):
+        m += 1
+    return truncate_tree(tree, m)
+
+
 def plan_tree_step(runner, scheduler_output, trees: dict[str, DraftTree]) -> TreeStep | None:
-    """Entries for the requests whose scheduled drafts are a registered tree's prefix; rewrites
-    their positions to prefix + depth in the runner's position buffer."""
+    """Entries for the scheduled decodes of requests with a registered tree (every request we
+    verify ourselves); rewrites their positions to prefix + depth in the runner's position buffer."""
     scheduled = scheduler_output.scheduled_spec_decode_tokens
     if not scheduled or not trees:
         return None
@@ -70,14 +80,14 @@ def plan_tree_step(runner, scheduler_output, trees: dict[str, DraftTree]) -> Tre
         req_idx = batch.req_id_to_index.get(req_id)
         if tree is None or req_idx is None or not drafts:
             continue
-        n = len(drafts) + 1
+        scheduled_tokens = len(drafts) + 1
         start = int(qsl[req_idx])
-        if int(qsl[req_idx + 1]) - start != n or tree.tokens[1:n].tolist() != list(drafts):
-            continue   # not a pure decode of this tree (padding, zeroed drafts, a new proposal)
-        tree = truncate_tree(tree, n)
+        if int(qsl[req_idx + 1]) - start != scheduled_tokens:
+            continue   # not a pure decode step of this request
+        tree = scheduled_prefix(tree, drafts)
         prefix = int(batch.num_computed_tokens_cpu[req_idx])
-        runner.positions[start: start + n] = prefix + tree.depths.to(runner.positions.dtype)
-        entries.append(TreeEntry(req_idx, req_id, start, prefix, tree))
+        runner.positions[start: start + tree.num_nodes] = prefix + tree.depths.to(runner.positions.dtype)
+        entries.append(TreeEntry(req_idx, req_id, start, scheduled_tokens, prefix, tree))
     return TreeStep(entries) if entries else None
 
 
