@@ -3,6 +3,7 @@
 A synthetic target gives a conditional distribution for every prefix; one speculative step
 (drafting + verification) is followed by plain sampling from the target up to L tokens. For a
 lossless rule the distribution of those L tokens must equal the target's own, to 1e-6."""
+import zlib
 from collections import defaultdict
 from functools import lru_cache
 from itertools import product
@@ -22,7 +23,8 @@ V, L = 4, 3
 
 @lru_cache(maxsize=None)
 def _raw(prefix, salt):
-    g = torch.Generator().manual_seed(hash((salt,) + prefix) % (2**31))
+    # zlib.crc32, not hash(): str hashes change with every process (PYTHONHASHSEED).
+    g = torch.Generator().manual_seed(zlib.crc32(repr((salt,) + prefix).encode()))
     return torch.randn(V, generator=g, dtype=torch.float64) * 1.5
 
 

@@ -85,7 +85,7 @@ class SageProposer:
         self.options = options
         self.max_model_len = vllm_config.model_config.max_model_len
         self.requests: dict[str, RequestState] = {}
-        self.trees: dict[str, DraftTree] = {}   # req_id -> the branching tree proposed last step
+        self.trees: dict[str, DraftTree] = {}   # req_id -> the tree (chains too) sagespec verifies next
         self.step_view: StepView | None = None
         self.stats = ShapeStats()
         self.rng = TorchRandom(0)
