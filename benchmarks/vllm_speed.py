@@ -1,17 +1,22 @@
 """vLLM with and without speculation, side by side in one run: tok/s, tau and ratios.
 
-Runs plain vLLM, vLLM's own `ngram`, and `sage` configurations on the same MT-Bench prompts,
-greedy, one after the other, each in a fresh process (vLLM does not re-initialise cleanly after
-some methods in one process), and writes JSON plus a bar chart. Run it in the vLLM
-environment (scripts/setup_vllm.sh), e.g.:
+Runs plain vLLM, vLLM's own `ngram` and `eagle3` (with the shipped SmolLM2 head, exported to
+vLLM's EAGLE-3 format) and `sage` configurations on the same MT-Bench prompts, greedy, one after
+the other, each in a fresh process (vLLM does not re-initialise cleanly after some methods in one
+process), at each batch size asked for. Writes JSON plus a chart. Run it in the vLLM environment
+(scripts/setup_vllm.sh), e.g.:
 
-    .venv-vllm/bin/python benchmarks/vllm_speed.py --num-prompts 16 --max-tokens 128 --batch 1
+    .venv-vllm/bin/python benchmarks/vllm_speed.py --num-prompts 20 --max-tokens 128 --batch 1,4
+
+At batch 1 every prompt is timed on its own and speedups are medians of per-prompt ratios against
+plain vLLM (paired); at larger batches they are ratios of total throughput.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,9 +29,11 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
+EAGLE3_DIR = "{eagle3}"   # replaced by the exported head's folder
 CONFIGS = {
     "plain": None,
     "vllm-ngram": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2},
+    "vllm-eagle3": {"method": "eagle3", "model": EAGLE3_DIR, "num_speculative_tokens": 4},
     "sage-ngram": {"method": "sage", "drafter": "ngram", "policy": "sage", "num_speculative_tokens": 8},
     "sage-ngram-chain": {"method": "sage", "drafter": "ngram", "policy": "chain", "num_speculative_tokens": 4},
     "sage-eagle": {"method": "sage", "drafter": "eagle", "policy": "sage", "num_speculative_tokens": 8},
@@ -47,6 +54,21 @@ def prompts(model: Path, n: int) -> list[list[int]]:
     return out
 
 
+def export_eagle3(model: Path, out_dir: Path) -> Path:
+    """The shipped SmolLM2 head in vLLM's EAGLE-3 draft format (the baseline's weights are ours)."""
+    import torch
+
+    from sagespec.common.drafters import EagleHead
+    from sagespec.common.shipped import shipped_head
+    from sagespec.common.training.export_vllm import export_vllm_eagle3
+    from sagespec.plugins.transformers.model_loading import load_model
+    target, _ = load_model(str(model), "float32")
+    head = EagleHead.load(shipped_head("smollm2"), target.get_input_embeddings().weight,
+                          target.get_output_embeddings().weight, target.config.num_hidden_layers)
+    with torch.no_grad():
+        return export_vllm_eagle3(head, out_dir, target.config.max_position_embeddings)
+
+
 def run(model: Path, spec, ids, max_tokens: int, batch: int, dtype: str) -> dict:
     from vllm import LLM, SamplingParams, TokensPrompt
     llm = LLM(model=str(model), dtype=dtype, speculative_config=spec, max_model_len=2048, seed=0,
@@ -54,80 +76,133 @@ def run(model: Path, spec, ids, max_tokens: int, batch: int, dtype: str) -> dict
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     llm.generate([TokensPrompt(prompt_token_ids=ids[0])], params, use_tqdm=False)  # warm-up
     before = spec_decode_counters(llm)
+    # Batch 1: one prompt per call, timed on its own (paired per-prompt ratios); else all at once.
+    groups = [[p] for p in ids] if batch == 1 else [ids]
+    tokens, per_prompt_seconds = [], []
     start = time.perf_counter()
-    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids], params, use_tqdm=True)
+    for group in groups:
+        t0 = time.perf_counter()
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in group], params, use_tqdm=batch > 1)
+        per_prompt_seconds.append(time.perf_counter() - t0)
+        tokens += [list(o.outputs[0].token_ids) for o in outs]
     seconds = time.perf_counter() - start
     after = spec_decode_counters(llm)
-    tokens = [list(o.outputs[0].token_ids) for o in outs]
     drafts = after["vllm:spec_decode_num_drafts"] - before["vllm:spec_decode_num_drafts"]
     accepted = after["vllm:spec_decode_num_accepted_tokens"] - before["vllm:spec_decode_num_accepted_tokens"]
     n_tokens = sum(len(t) for t in tokens)
+    per_prompt = ([len(t) / s for t, s in zip(tokens, per_prompt_seconds)] if batch == 1 else [])
     return {"seconds": seconds, "tokens": n_tokens, "tok_per_s": n_tokens / seconds,
-            "tau": 1 + accepted / drafts if drafts else 1.0, "outputs": tokens}
+            "per_prompt_tok_per_s": per_prompt, "tau": 1 + accepted / drafts if drafts else 1.0,
+            "outputs": tokens}
+
+
+def ratio(r: dict, base: dict | None) -> float | None:
+    """Median of paired per-prompt ratios when both have them, else the ratio of throughputs."""
+    if base is None:
+        return None
+    if r["per_prompt_tok_per_s"] and base["per_prompt_tok_per_s"]:
+        return statistics.median(a / b for a, b in zip(r["per_prompt_tok_per_s"], base["per_prompt_tok_per_s"]))
+    return r["tok_per_s"] / base["tok_per_s"]
+
+
+def rows_for(results: dict, batch: int, num_prompts: int) -> list[dict]:
+    base, eagle3 = results.get("plain"), results.get("vllm-eagle3")
+    rows = []
+    for name, r in results.items():
+        rows.append({"config": name, "batch": batch, "spec": CONFIGS[name], "tok_per_s": r["tok_per_s"],
+                     "tau": r["tau"], "speedup_vs_plain": ratio(r, base),
+                     "speedup_vs_vllm_eagle3": ratio(r, eagle3),
+                     "same_as_plain": sum(a == b for a, b in zip(r["outputs"], base["outputs"])) if base else None,
+                     "num_prompts": num_prompts, "seconds": r["seconds"], "tokens": r["tokens"]})
+    return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--num-prompts", type=int, default=16)
+    ap.add_argument("--num-prompts", type=int, default=20)
     ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--batch", default="1,4", help="comma-separated batch sizes (max_num_seqs)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from {list(CONFIGS)}")
     ap.add_argument("--out", default="benchmarks/results/vllm_speed.json")
-    ap.add_argument("--one", help=argparse.SUPPRESS)      # internal: run one config, write --out
+    ap.add_argument("--one", help=argparse.SUPPRESS)        # internal: run one config, write --out
+    ap.add_argument("--eagle3-dir", help=argparse.SUPPRESS)  # internal: the exported head
     args = ap.parse_args()
     names = args.configs.split(",")
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:
         ap.error(f"--configs: unknown {unknown}; allowed: {list(CONFIGS)}")
+    try:
+        batches = [int(b) for b in args.batch.split(",")]
+    except ValueError:
+        ap.error(f"--batch: {args.batch!r} is not a comma-separated list of integers")
+    if any(b < 1 for b in batches) or args.num_prompts < 1 or args.max_tokens < 1:
+        ap.error("--batch, --num-prompts and --max-tokens must be positive")
     from sagespec.plugins.transformers.model_loading import smollm2_folder
     model = smollm2_folder()
     if args.one:
-        ids = prompts(model, args.num_prompts)
-        result = run(model, CONFIGS[args.one], ids, args.max_tokens, args.batch, args.dtype)
+        spec = CONFIGS[args.one]
+        if spec and spec.get("model") == EAGLE3_DIR:
+            spec = {**spec, "model": args.eagle3_dir}
+        result = run(model, spec, prompts(model, args.num_prompts), args.max_tokens, batches[0], args.dtype)
         Path(args.out).write_text(json.dumps(result))
         return
-    results = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in names:
-            part = Path(tmp) / f"{name}.json"
-            cmd = [sys.executable, __file__, "--one", name, "--out", str(part), "--num-prompts",
-                   str(args.num_prompts), "--max-tokens", str(args.max_tokens), "--batch", str(args.batch),
-                   "--dtype", args.dtype]
-            print(f"== {name}", flush=True)
-            subprocess.run(cmd, check=True)
-            results[name] = json.loads(part.read_text())
-    base = results.get("plain")
     rows = []
-    for name, r in results.items():
-        same = sum(a == b for a, b in zip(r["outputs"], base["outputs"])) if base else None
-        rows.append({"config": name, "spec": CONFIGS[name], "tok_per_s": r["tok_per_s"], "tau": r["tau"],
-                     "speedup": r["tok_per_s"] / base["tok_per_s"] if base else None,
-                     "same_as_plain": same, "seconds": r["seconds"], "tokens": r["tokens"]})
+    with tempfile.TemporaryDirectory() as tmp:
+        eagle3 = str(export_eagle3(model, Path(tmp) / "eagle3")) if "vllm-eagle3" in names else ""
+        for batch in batches:
+            results = {}
+            for name in names:
+                part = Path(tmp) / f"{name}-{batch}.json"
+                cmd = [sys.executable, __file__, "--one", name, "--out", str(part), "--num-prompts",
+                       str(args.num_prompts), "--max-tokens", str(args.max_tokens), "--batch", str(batch),
+                       "--dtype", args.dtype, "--eagle3-dir", eagle3]
+                print(f"== {name}, batch {batch}", flush=True)
+                subprocess.run(cmd, check=True)
+                results[name] = json.loads(part.read_text())
+            rows += rows_for(results, batch, args.num_prompts)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"model": "SmolLM2-135M-Instruct", "dataset": "mt-bench", "num_prompts": args.num_prompts,
-            "max_tokens": args.max_tokens, "batch": args.batch, "dtype": args.dtype, "greedy": True}
+            "max_tokens": args.max_tokens, "batches": batches, "dtype": args.dtype, "greedy": True,
+            "speedup": "batch 1: median of per-prompt ratios; batch > 1: ratio of throughputs"}
     out.write_text(json.dumps({"meta": meta, "results": rows}, indent=2) + "\n")
-    print(f"{'config':18} {'tok/s':>7} {'tau':>5} {'speedup':>8} same")
-    for r in rows:
-        print(f"{r['config']:18} {r['tok_per_s']:7.1f} {r['tau']:5.2f} {r['speedup'] or 0:7.2f}x "
-              f"{r['same_as_plain']}/{args.num_prompts}")
+    print(table(rows))
     plot(rows, out.with_suffix(".png"), meta)
+
+
+def table(rows: list[dict]) -> str:
+    def x(v):
+        return f"{v:.2f}x" if v is not None else "-"
+    lines = ["| config | batch | tok/s | tau | vs plain | vs vLLM eagle3 | same as plain |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['config']} | {r['batch']} | {r['tok_per_s']:.1f} | {r['tau']:.2f} | "
+                     f"{x(r['speedup_vs_plain'])} | {x(r['speedup_vs_vllm_eagle3'])} | "
+                     f"{r['same_as_plain']}/{r['num_prompts']} |")
+    return "\n".join(lines)
 
 
 def plot(rows, path: Path, meta) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
-    names = [r["config"] for r in rows]
-    a.barh(names, [r["tok_per_s"] for r in rows])
-    a.set_xlabel("tokens / s")
-    b.barh(names, [r["tau"] for r in rows])
-    b.set_xlabel("tau (tokens per verify)")
-    fig.suptitle(f"vLLM CPU, {meta['model']}, {meta['dtype']}, batch {meta['batch']}, "
-                 f"{meta['num_prompts']} MT-Bench x {meta['max_tokens']}")
+    configs = list(dict.fromkeys(r["config"] for r in rows))
+    batches = meta["batches"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(configs) * len(batches) + 1.5))
+    height = 0.8 / len(batches)
+    for k, batch in enumerate(batches):
+        by = {r["config"]: r for r in rows if r["batch"] == batch}
+        ys = [i + k * height for i in range(len(configs))]
+        for ax, key in zip(axes, ("tok_per_s", "tau")):
+            ax.barh(ys, [by[c][key] if c in by else 0 for c in configs], height, label=f"batch {batch}")
+    for ax, label in zip(axes, ("tokens / s", "tau (tokens per verify)")):
+        ax.set_yticks([i + 0.4 - height / 2 for i in range(len(configs))], configs)
+        ax.set_xlabel(label)
+        ax.invert_yaxis()
+    axes[0].legend()
+    fig.suptitle(f"vLLM CPU, {meta['model']}, {meta['dtype']}, {meta['num_prompts']} MT-Bench x "
+                 f"{meta['max_tokens']}, greedy")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

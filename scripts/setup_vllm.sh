@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Creates .venv-vllm: vLLM's CPU build plus this package (editable), for the vLLM lane.
-# VLLM_VERSION picks the release (default: the newest one sagespec is tested against).
+# VLLM_VERSION picks the release (default: the newest one sagespec is tested against);
+# VLLM_VENV the environment's folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-VLLM_VERSION=${VLLM_VERSION:-0.32.0}
+VLLM_VERSION=${VLLM_VERSION:-$("$PY" scripts/vllm_versions.py | tail -n 1)}
 VENV=${VLLM_VENV:-.venv-vllm}
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip

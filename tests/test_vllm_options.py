@@ -92,6 +92,11 @@ def test_draft_mode_by_request_options():
     assert draft_mode(SimpleNamespace(temperature=0.0, **{**plain, "logprobs": 2})) == "vllm_chain"
     assert draft_mode(SimpleNamespace(temperature=0.7, **{**plain, "repetition_penalty": 1.1})) == "off"
     assert draft_mode(None) == "off"
+    # vLLM 0.31 defaults `watermarking` to True; it matters only in an engine with a watermark.
+    assert draft_mode(SimpleNamespace(temperature=0.0, watermarking=True, **plain)) == "ours"
+    assert draft_mode(SimpleNamespace(temperature=0.0, watermarking=True, **plain), True) == "vllm_chain"
+    assert draft_mode(SimpleNamespace(temperature=0.0, watermarking=False, **plain), True) == "ours"
+    assert draft_mode(SimpleNamespace(temperature=1.0, watermarking=None, **plain), True) == "off"
 
 
 def test_truncated_tree_is_a_tree():

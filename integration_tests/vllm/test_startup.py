@@ -67,7 +67,7 @@ GATE_SCRIPT = """
 
 
 @pytest.mark.parametrize("setup, reason", [
-    ('vllm.__version__ = "0.31.0"', "vLLM 0.31.0 is not a release sagespec is tested against"),
+    ('vllm.__version__ = "0.30.0"', "vLLM 0.30.0 is not a release sagespec is tested against"),
     ("""
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
     original = GPUModelRunner._sample

@@ -17,7 +17,7 @@ from .tree_step import ActiveStep, draft_mode, fix_attention_rows, plan_tree_ste
 
 logger = logging.getLogger("vllm.sagespec")  # under vLLM's logger: its handlers and level
 
-SUPPORTED_VLLM = ("0.32.0",)   # releases the integration tests run against (also in README)
+SUPPORTED_VLLM = ("0.31.0", "0.32.0")   # releases the integration tests run against (also in README)
 PROPOSER = "sagespec.plugins.vllm.proposer.SageProposer"
 RUNNER = "vllm.v1.worker.gpu_model_runner:GPUModelRunner"
 CPU_ATTENTION = "vllm.v1.attention.backends.cpu_attn:CPUAttentionBackendImpl"
@@ -115,7 +115,8 @@ def _propose(original):
                                 common_attn_metadata, slot_mappings):
         if _ours(self):
             req_ids = list(self.input_batch.req_ids)
-            modes = {i: draft_mode(getattr(self.requests.get(r), "sampling_params", None))
+            watermark = getattr(self.vllm_config, "watermark_config", None) is not None
+            modes = {i: draft_mode(getattr(self.requests.get(r), "sampling_params", None), watermark)
                      for i, r in enumerate(req_ids)}
             self.drafter.step_view = build_step_view(
                 req_ids, sampled_token_ids, getattr(self, "_sagespec_entropy", None), spec_decode_metadata,

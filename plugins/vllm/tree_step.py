@@ -158,22 +158,25 @@ def verify_and_commit(step: TreeStep, runner, logits_rows: dict[int, torch.Tenso
             layout.move(kv_cache, src_slots, dst_slots)
 
 
-def draft_mode(sp) -> str:
-    """One of step_view.DRAFT_MODES for a request with vLLM sampling params `sp`."""
+def draft_mode(sp, engine_watermark: bool = False) -> str:
+    """One of step_view.DRAFT_MODES for a request with vLLM sampling params `sp`, in an engine
+    with (`engine_watermark`) or without a watermark configured."""
     if sp is None:
         return "off"
-    if not needs_vllm_sampler(sp):
+    if not needs_vllm_sampler(sp, engine_watermark):
         return "ours"
     return "vllm_chain" if sp.temperature < 1e-5 else "off"   # vLLM's own greedy threshold
 
 
-def needs_vllm_sampler(sp) -> bool:
+def needs_vllm_sampler(sp, engine_watermark: bool = False) -> bool:
     """Options that only vLLM's own sampler applies (logits processors, penalties, grammars,
-    logprobs)."""
+    logprobs, the engine's watermark). `sp.watermarking` alone means nothing without an engine
+    watermark: vLLM 0.31 defaults it to True, 0.32 to None (resolved per engine)."""
     return bool(sp.structured_outputs is not None or sp.logprobs is not None or sp.presence_penalty
                 or sp.frequency_penalty or sp.repetition_penalty != 1.0 or sp.min_p or sp.min_tokens
                 or sp.logit_bias or sp.allowed_token_ids or sp.bad_words or sp.thinking_token_budget
-                or getattr(sp, "watermarking", None) or getattr(sp, "logprob_token_ids", None))
+                or (engine_watermark and getattr(sp, "watermarking", None) is not False)
+                or getattr(sp, "logprob_token_ids", None))
 
 
 class ActiveStep:
