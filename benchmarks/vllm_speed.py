@@ -56,17 +56,9 @@ def prompts(model: Path, n: int) -> list[list[int]]:
 
 def export_eagle3(model: Path, out_dir: Path) -> Path:
     """The shipped SmolLM2 head in vLLM's EAGLE-3 draft format (the baseline's weights are ours)."""
-    import torch
-
-    from sagespec.common.drafters import EagleHead
     from sagespec.common.shipped import shipped_head
-    from sagespec.common.training.export_vllm import export_vllm_eagle3
-    from sagespec.plugins.transformers.model_loading import load_model
-    target, _ = load_model(str(model), "float32")
-    head = EagleHead.load(shipped_head("smollm2"), target.get_input_embeddings().weight,
-                          target.get_output_embeddings().weight, target.config.num_hidden_layers)
-    with torch.no_grad():
-        return export_vllm_eagle3(head, out_dir, target.config.max_position_embeddings)
+    from sagespec.plugins.transformers.drafter_export import export_head_for_vllm
+    return export_head_for_vllm(shipped_head("smollm2"), model, out_dir)
 
 
 def run(model: Path, spec, ids, max_tokens: int, batch: int, dtype: str) -> dict:

@@ -29,20 +29,13 @@ print("RESULT " + json.dumps({{"outputs": outputs, "counts": counts}}))
 def test_vllm_eagle3_with_exported_head_accepts_what_sage_accepts(smollm2_folder, mtbench_prompts, tmp_path):
     import torch
 
-    from sagespec.common.drafters import EagleHead
     from sagespec.common.shipped import shipped_head
-    from sagespec.common.training.export_vllm import export_vllm_eagle3
-    from transformers import AutoModelForCausalLM
-    target = AutoModelForCausalLM.from_pretrained(smollm2_folder, dtype=torch.float32)
-    head = EagleHead.load(shipped_head("smollm2"), target.get_input_embeddings().weight,
-                          target.get_output_embeddings().weight, target.config.num_hidden_layers)
-    export = export_vllm_eagle3(head, tmp_path / "eagle3", target.config.max_position_embeddings,
-                                dtype=torch.float32)
-    del target, head
+    from sagespec.plugins.transformers.drafter_export import export_head_for_vllm
+    export = export_head_for_vllm(shipped_head("smollm2"), smollm2_folder, tmp_path / "eagle3", dtype=torch.float32)
     prompts = mtbench_prompts[:NUM_PROMPTS]
 
-    script = textwrap.dedent(EAGLE3_SCRIPT).format(here=os.path.dirname(os.path.abspath(__file__)), export=str(export), model=str(smollm2_folder),
-                                                   depth=DEPTH, max_tokens=MAX_TOKENS)
+    script = textwrap.dedent(EAGLE3_SCRIPT).format(here=os.path.dirname(os.path.abspath(__file__)), export=str(export),
+                                                   model=str(smollm2_folder), depth=DEPTH, max_tokens=MAX_TOKENS)
     done = subprocess.run([sys.executable, "-c", script, json.dumps(prompts)], capture_output=True, text=True,
                           timeout=600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]

@@ -124,13 +124,8 @@ def cmd_train(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from sagespec.common.drafters import EagleHead
-    from sagespec.common.training.export_vllm import export_vllm_eagle3
-    from .model_loading import load_model
-    model, _ = load_model(args.model, "float32")
-    head = EagleHead.load(args.head, model.get_input_embeddings().weight, model.get_output_embeddings().weight,
-                          model.config.num_hidden_layers)
-    out = export_vllm_eagle3(head, args.out, model.config.max_position_embeddings)
+    from .drafter_export import export_head_for_vllm
+    out = export_head_for_vllm(args.head, args.model, args.out)
     print(f"wrote vLLM EAGLE-3 draft to {out}")
     return 0
 
