@@ -65,8 +65,24 @@ class HFTreeLM:
         logits = out.logits[0].float()
         if not with_hidden:
             return logits
-        feats = torch.cat([out.hidden_states[i][0] for i in self.hidden_layer_ids], -1)
-        return logits, feats
+        return logits, self._layer_feats(out.hidden_states)
+
+    @torch.no_grad()
+    def forward_with_last_hidden(self, tokens, positions, mask, with_hidden: bool = False):
+        """(logits [q, V] fp32, chosen layers' features or None, last normed hidden state [q, H]):
+        the decoder, then the output layer on its last hidden state, as the LM's own forward does."""
+        dev = self.device
+        out = self.model.get_decoder()(input_ids=tokens.view(1, -1).to(dev),
+                                       position_ids=positions.view(1, -1).to(dev),
+                                       attention_mask=mask[None, None].to(dev), past_key_values=self.cache,
+                                       use_cache=True, output_hidden_states=with_hidden)
+        last = out.last_hidden_state
+        logits = self.model.get_output_embeddings()(last)[0].float()
+        feats = self._layer_feats(out.hidden_states) if with_hidden else None
+        return logits, feats, last[0]
+
+    def _layer_feats(self, hidden_states) -> torch.Tensor:
+        return torch.cat([hidden_states[i][0] for i in self.hidden_layer_ids], -1)
 
     def truncate(self, length: int) -> None:
         if length == 0:

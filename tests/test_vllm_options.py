@@ -29,12 +29,22 @@ def test_defaults_and_kept_vllm_keys():
     ({"policy_options": "deep"}, "policy_options='deep' must be a JSON object"),
     ({"drafter": "draft_model"}, "needs model"),
     ({"drafter": "ngram", "model": "x"}, "takes no model"),
-    ({"acceptance": "judge"}, "acceptance='judge' is not one of"),
+    ({"acceptance": "yolo"}, "acceptance rule 'yolo' is unknown"),
+    ({"acceptance": "greedy"}, "use 'auto'"),
+    ({"acceptance": {"threshold": 0.2}}, "needs a 'rule' key"),
+    ({"acceptance": {"rule": "auto", "eps": 0.1}}, "takes no options"),
 ])
 def test_bad_options_name_the_key(config, message):
     with pytest.raises(ConfigError) as err:
         parse_sage_config({"method": "sage", **config})
     assert message in str(err.value)
+
+
+def test_acceptance_rule_and_options_ride_on_the_options():
+    options, _ = parse_sage_config({"method": "sage", "acceptance": {"rule": "kl-judge", "threshold": 0.7}})
+    assert (options.acceptance, options.acceptance_options, options.lossless) == ("kl-judge", {"threshold": 0.7}, False)
+    assert options.to_dict()["acceptance"] == {"rule": "kl-judge", "threshold": 0.7}
+    assert parse_sage_config({"method": "sage"})[0].lossless
 
 
 def test_step_view_cuts_rows_per_request():

@@ -107,6 +107,8 @@ def train_eagle_head(head: EagleHead, data: FeatureSet, w_draft: torch.Tensor, o
         saved = torch.load(out_dir / STATE_NAME, weights_only=False)
         head.load_state_dict(saved["head"])
         opt.load_state_dict(saved["optimizer"])
+        for group in opt.param_groups:  # the configured rate holds for a resumed run too (fine-tuning)
+            group["lr"] = cfg.lr
         state = TrainState(**saved["state"])
         gen.set_state(saved["generator"])
         log(f"resumed at step {state.step}, {state.tokens_seen} tokens seen")

@@ -1,9 +1,13 @@
 """Verification rules, selected by name from one registry shared by every runtime and plugin.
 
 A rule is a pure function (tree, target_logits [num_nodes, vocab], params, rng, **options) ->
-Accepted. Lossless rules: `greedy`, `sampling`. Lossy (opt-in only): `typical`.
+Accepted. Lossless rules: `greedy`, `sampling`. Lossy (opt-in only), each the lossless walk plus
+extra acceptances: `typical`, `kl-judge`, `judge` (learned; reads the target's last hidden states).
 """
-from .registry import Accepted, LOSSLESS_RULES, available_rules, get_rule, register_rule, verify
-from . import greedy, sampling, typical  # noqa: F401  (registers the built-in rules)
+from .registry import (Accepted, LOSSLESS_RULES, available_rules, get_rule, is_lossless, register_rule,
+                       rule_needs_hidden, verify)
+from . import greedy, sampling, typical, kl_judge, judge  # noqa: F401  (registers the built-in rules)
+from .judge_file import JudgeFile, load_judge
 
-__all__ = ["Accepted", "LOSSLESS_RULES", "available_rules", "get_rule", "register_rule", "verify"]
+__all__ = ["Accepted", "JudgeFile", "LOSSLESS_RULES", "available_rules", "get_rule", "is_lossless", "load_judge",
+           "register_rule", "rule_needs_hidden", "verify"]

@@ -1,20 +1,30 @@
 """Greedy tree verification: follow the child equal to the target's argmax; emit the argmax where
-no child matches. Output equals plain greedy decoding token for token."""
+no child matches. Output equals plain greedy decoding token for token.
+
+`greedy_walk(..., extra=f)` is the lossy extension: where no child matches, the first child with
+f(node, child) true is followed instead. With f never true it is exactly the lossless walk."""
 from __future__ import annotations
 
 from ..params import reject_unknown
 from .registry import Accepted, register_rule
 
 
-@register_rule("greedy")
-def verify_tree_greedy(tree, target_logits, params, rng, **options) -> Accepted:
-    reject_unknown("acceptance rule 'greedy'", options, ())
+def greedy_walk(tree, target_logits, extra=None) -> Accepted:
     best = target_logits.argmax(-1).tolist()
     tokens = tree.tokens.tolist()
     node, path = 0, [0]
     while True:
-        nxt = next((c for c in tree.children(node) if tokens[c] == best[node]), None)
+        kids = tree.children(node)
+        nxt = next((c for c in kids if tokens[c] == best[node]), None)
+        if nxt is None and extra is not None:
+            nxt = next((c for c in kids if extra(node, c)), None)
         if nxt is None:
             return Accepted(tuple(path), best[node])
         node = nxt
         path.append(node)
+
+
+@register_rule("greedy")
+def verify_tree_greedy(tree, target_logits, params, rng, **options) -> Accepted:
+    reject_unknown("acceptance rule 'greedy'", options, ())
+    return greedy_walk(tree, target_logits)

@@ -13,6 +13,7 @@ from ..tree import DraftTree
 
 LOSSLESS_RULES = frozenset({"greedy", "sampling"})
 _RULES: dict[str, Callable] = {}
+_NEEDS_HIDDEN: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -30,13 +31,25 @@ class Accepted:
         return [int(tree.tokens[i]) for i in self.nodes[1:]] + [self.bonus]
 
 
-def register_rule(name: str):
+def register_rule(name: str, needs_hidden: bool = False):
+    """`needs_hidden`: the rule reads the target's last hidden state per tree node (the rows the
+    verify forward already computed), passed as `target_hidden` [num_nodes, hidden]."""
     def deco(fn):
         if name in _RULES:
             raise ConfigError(f"verification rule {name!r} is already registered")
         _RULES[name] = fn
+        if needs_hidden:
+            _NEEDS_HIDDEN.add(name)
         return fn
     return deco
+
+
+def rule_needs_hidden(name: str) -> bool:
+    return name in _NEEDS_HIDDEN
+
+
+def is_lossless(name: str) -> bool:
+    return name == "auto" or name in LOSSLESS_RULES
 
 
 def available_rules() -> list[str]:
@@ -55,9 +68,17 @@ def get_rule(name: str, params: SamplingParams) -> Callable:
 
 
 def verify(tree: DraftTree, target_logits: torch.Tensor, params: SamplingParams,
-           rule: str = "auto", rng: RandomSource | None = None, **options) -> Accepted:
+           rule: str = "auto", rng: RandomSource | None = None, target_hidden: torch.Tensor | None = None,
+           **options) -> Accepted:
     if target_logits.dim() != 2 or target_logits.shape[0] != tree.num_nodes:
         raise ValueError(f"target_logits must be [num_nodes={tree.num_nodes}, vocab]; "
                          f"got {tuple(target_logits.shape)}")
     rng = rng or TorchRandom(generator=torch.default_generator)  # a fresh TorchRandom() repeats its stream
-    return get_rule(rule, params)(tree, target_logits, params, rng, **options)
+    fn = get_rule(rule, params)
+    if rule in _NEEDS_HIDDEN:
+        if target_hidden is None or target_hidden.dim() != 2 or target_hidden.shape[0] != tree.num_nodes:
+            got = None if target_hidden is None else tuple(target_hidden.shape)
+            raise ValueError(f"acceptance rule {rule!r} needs target_hidden [num_nodes={tree.num_nodes}, hidden]; "
+                             f"got {got}")
+        return fn(tree, target_logits, params, rng, target_hidden=target_hidden, **options)
+    return fn(tree, target_logits, params, rng, **options)

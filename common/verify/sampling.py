@@ -24,9 +24,10 @@ def _normalise(p: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
     return p / total if total > 0 else fallback
 
 
-@register_rule("sampling")
-def verify_tree_sampling(tree, target_logits, params, rng, **options) -> Accepted:
-    reject_unknown("acceptance rule 'sampling'", options, ())
+def sampling_walk(tree, target_logits, params, rng, extra=None) -> Accepted:
+    """Exact rejection sampling; with `extra`, a child the test rejects is still followed when
+    extra(node, child) is true (lossy). `extra` draws no randomness, so with it never true the walk
+    consumes the same random stream and returns what the lossless rule returns."""
     tokens = tree.tokens.tolist()
     node, path = 0, [0]
     while True:
@@ -39,14 +40,14 @@ def verify_tree_sampling(tree, target_logits, params, rng, **options) -> Accepte
             for c in kids:
                 x = tokens[c]
                 qx = float(q[x])
-                if qx > 0 and rng.accept(min(1.0, float(p[x]) / qx)):
+                if (qx > 0 and rng.accept(min(1.0, float(p[x]) / qx))) or (extra is not None and extra(node, c)):
                     nxt = c
                     break
                 p = _normalise(torch.clamp(p - q, min=0.0), original)
         else:
             for c in kids:
                 x = tokens[c]
-                if rng.accept(float(p[x])):
+                if rng.accept(float(p[x])) or (extra is not None and extra(node, c)):
                     nxt = c
                     break
                 p = p.clone()
@@ -56,3 +57,9 @@ def verify_tree_sampling(tree, target_logits, params, rng, **options) -> Accepte
             return Accepted(tuple(path), rng.choice(p))
         node = nxt
         path.append(node)
+
+
+@register_rule("sampling")
+def verify_tree_sampling(tree, target_logits, params, rng, **options) -> Accepted:
+    reject_unknown("acceptance rule 'sampling'", options, ())
+    return sampling_walk(tree, target_logits, params, rng)

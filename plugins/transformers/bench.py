@@ -57,7 +57,8 @@ def run_bench(args, configs: list[BenchConfig], sampling) -> int:
     gens = {}
     for c in all_configs:
         drafter = make_drafter(c.drafter, target, args.draft_model, args.eagle_head, args.dtype, args.seed)
-        gens[c.label] = make_generator(target, drafter, make_policy_from_args(c.policy, c.budget), args.rule)
+        gens[c.label] = make_generator(target, drafter, make_policy_from_args(c.policy, c.budget), args.rule,
+                                        args.rule_options)
     encoded = [target.encode_chat(p.text) for p in prompts]
     for g in gens.values():  # warm-up: first calls pay one-time allocation costs
         g.generate(encoded[0][:32], 4, sampling, seed=args.seed)
@@ -77,6 +78,7 @@ def run_bench(args, configs: list[BenchConfig], sampling) -> int:
     summary = summarise(runs)
     result = {"dataset": args.dataset, "num_prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
               "model": args.model, "dtype": args.dtype, "temperature": sampling.temperature,
+              "rule": args.rule, "rule_options": args.rule_options,
               "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
               "machine": platform.processor() or platform.machine(), "summary": summary, "runs": runs}
     with open(args.out, "w") as f:

@@ -12,6 +12,7 @@ from sagespec.common.drafters import DRAFTER_NAMES
 from sagespec.common.params import ConfigError
 from sagespec.common.policies import POLICIES
 from sagespec.common.verify import available_rules
+from sagespec.common.verify.acceptance import parse_acceptance
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,7 +29,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rule", default="auto", help=f"acceptance rule: {available_rules()} (typical is lossy)")
+    p.add_argument("--rule", default="auto",
+                   help=f"acceptance: a rule name {available_rules()} or a JSON object with 'rule' and its options, "
+                        "e.g. '{\"rule\": \"kl-judge\", \"threshold\": 0.5}'; typical, kl-judge and judge are lossy")
     p.add_argument("--draft-model", help="Hugging Face folder of a draft model sharing the target's tokenizer")
     p.add_argument("--eagle-head", help="folder of a trained EAGLE head (config.json + model.safetensors)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (pinned)")
@@ -57,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train-drafter", help="train an EAGLE-3-style head for the target")
     from .train_cli import add_arguments
     add_arguments(t)
+    from .judge_cli import add_mine_arguments, add_train_arguments
+    add_mine_arguments(sub.add_parser("mine-judge", help="mine important draft mismatches on a checkable task"))
+    add_train_arguments(sub.add_parser("train-judge", help="train a judge file from mined mismatches"))
     e = sub.add_parser("export-drafter", help="export a trained head to vLLM's EAGLE-3 draft format")
     e.add_argument("--head", required=True, help="head folder (config.json + model.safetensors)")
     e.add_argument("--out", required=True, help="folder to write the vLLM draft into")
@@ -71,7 +77,7 @@ def _sampling(args):
 
 
 def _check(args) -> None:
-    if args.command in ("train-drafter", "export-drafter"):
+    if args.command in ("train-drafter", "export-drafter", "mine-judge", "train-judge"):
         return
     if args.max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens {args.max_new_tokens} must be >= 1")
@@ -81,8 +87,7 @@ def _check(args) -> None:
         raise ConfigError(f"--budget {args.budget} must be >= 1")
     if getattr(args, "num_prompts", 1) < 1:
         raise ConfigError(f"--num-prompts {args.num_prompts} must be >= 1")
-    if args.rule not in available_rules():
-        raise ConfigError(f"--rule {args.rule!r} is not one of {available_rules()}")
+    args.rule, args.rule_options = parse_acceptance(args.rule, "--rule")
     _sampling(args)
 
 
@@ -98,13 +103,13 @@ def cmd_generate(args) -> int:
     policy = make_policy_from_args(args.policy, args.budget)
     target = load_target(args.model, args.dtype)
     drafter = make_drafter(args.drafter, target, args.draft_model, args.eagle_head, args.dtype, args.seed)
-    gen = make_generator(target, drafter, policy, args.rule)
+    gen = make_generator(target, drafter, policy, args.rule, args.rule_options)
     res = gen.generate(target.encode_chat(text), args.max_new_tokens, _sampling(args), seed=args.seed)
     out_text = target.tokenizer.decode(res.tokens, skip_special_tokens=True) if target.tokenizer else ""
     if args.json:
         print(json.dumps({"tokens": res.tokens, "text": out_text, "steps": res.steps,
                           "accepted_per_step": res.accepted_per_step, "seconds": round(res.seconds, 4),
-                          "lossless": res.lossless}))
+                          "rule": res.rule, "rule_options": res.rule_options, "lossless": res.lossless}))
     else:
         print(out_text)
         print(f"[{len(res.tokens)} tokens, {res.steps} target forwards, tau {res.mean_accepted_length:.2f}, "
@@ -123,6 +128,16 @@ def cmd_train(args) -> int:
     return run(args)
 
 
+def cmd_mine_judge(args) -> int:
+    from .judge_cli import run_mine
+    return run_mine(args)
+
+
+def cmd_train_judge(args) -> int:
+    from .judge_cli import run_train
+    return run_train(args)
+
+
 def cmd_export(args) -> int:
     from .drafter_export import export_head_for_vllm
     out = export_head_for_vllm(args.head, args.model, args.out)
@@ -138,7 +153,8 @@ def main(argv=None) -> int:
         if args.threads:
             torch.set_num_threads(args.threads)
         return {"generate": cmd_generate, "bench": cmd_bench, "train-drafter": cmd_train,
-                "export-drafter": cmd_export}[args.command](args)
+                "export-drafter": cmd_export, "mine-judge": cmd_mine_judge,
+                "train-judge": cmd_train_judge}[args.command](args)
     except (ConfigError, ValueError, FileNotFoundError) as e:
         print(f"sagespec: error: {e}", file=sys.stderr)
         return 2

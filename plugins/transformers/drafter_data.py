@@ -26,19 +26,22 @@ def conversation_ids(tokenizer, max_conversations: int, seq_len: int, min_len: i
 
 
 @torch.no_grad()
-def self_distilled_ids(model, tokenizer, max_conversations: int, seq_len: int, batch_size: int = 8,
+def self_distilled_ids(model, tokenizer, max_conversations: int, seq_len: int, batch_size: int = 32,
                        min_len: int = 32) -> list[list[int]]:
     """The target's own greedy answers to ShareGPT's first user turns (self-distillation data):
-    chat-templated prompt + the target's answer, cut to seq_len."""
+    chat-templated prompt + the target's answer, cut to seq_len. Prompts leave at least half of
+    seq_len for the answer and are batched by length, so no batch generates past seq_len for most
+    of its rows."""
     prompts = []
     for conv in iter_sharegpt(dataset_file("sharegpt")):
         ids = tokenizer.apply_chat_template([{"role": "user", "content": conv["turns"][0]}],
                                             add_generation_prompt=True, tokenize=True, return_dict=False)
         ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
-        if len(ids) < seq_len - 8:
+        if len(ids) <= seq_len // 2:
             prompts.append(ids)
         if len(prompts) >= max_conversations:
             break
+    prompts.sort(key=len)
     eos = model.generation_config.eos_token_id
     eos = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos, default=0)

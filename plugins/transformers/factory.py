@@ -9,6 +9,7 @@ from sagespec.common.drafters import (DRAFTER_NAMES, DraftModelDrafter, EagleDra
 from sagespec.common.params import ConfigError, check_int
 from sagespec.common.policies import POLICIES, make_policy
 from sagespec.common.shipped import shipped_head
+from sagespec.common.verify.acceptance import check_acceptance
 
 from .model_loading import load_model
 from .runtime import SpeculativeGenerator
@@ -83,7 +84,11 @@ def make_policy_from_args(name: str, budget: int | None):
     return make_policy(name)
 
 
-def make_generator(target: LoadedTarget, drafter, policy, rule: str = "auto") -> SpeculativeGenerator:
+def make_generator(target: LoadedTarget, drafter, policy, rule: str = "auto",
+                   rule_options: dict | None = None) -> SpeculativeGenerator:
+    """Acceptance options are checked against the target (a judge's hidden size) before any request."""
+    cfg = target.model.config
+    check_acceptance(rule, dict(rule_options or {}), cfg.vocab_size, cfg.hidden_size)
     layers = drafter.needs.hidden_layer_ids if drafter is not None else ()
     return SpeculativeGenerator(HFTreeLM(target.model, hidden_layer_ids=layers), drafter, policy, rule=rule,
-                                eos_token_ids=target.eos_ids())
+                                rule_options=rule_options, eos_token_ids=target.eos_ids())

@@ -18,7 +18,7 @@ from sagespec.common.policies import ChainPolicy, DecodeState, StepStats, TreePo
 from sagespec.common.random_source import TorchRandom
 from sagespec.common.sampling import SamplingParams, entropy
 from sagespec.common.tree import DraftTree
-from sagespec.common.verify import LOSSLESS_RULES, get_rule, verify
+from sagespec.common.verify import get_rule, is_lossless, rule_needs_hidden, verify
 
 from sagespec.plugins._hf_tree_lm import HFTreeLM
 
@@ -33,7 +33,8 @@ class GenerationResult:
     accepted_per_step: list[int]
     seconds: float
     rule: str
-    lossless: bool
+    lossless: bool   # False when a lossy rule produced it: the output may differ from the target's
+    rule_options: dict = field(default_factory=dict)
     shapes: list[TreeShape] = field(default_factory=list)
     nodes_per_step: list[int] = field(default_factory=list)
     entropies: list[float] = field(default_factory=list)
@@ -59,20 +60,27 @@ class SpeculativeGenerator:
             raise ValueError(f"drafter {drafter.name!r} needs hidden layers {drafter.needs.hidden_layer_ids}; "
                              f"the target wrapper provides {target.hidden_layer_ids}")
 
-    def _forward(self, tokens, positions, mask):
+    def _forward(self, tokens, positions, mask, rule: str):
+        """(logits, the drafter's features or None, last hidden states or None)."""
+        if rule_needs_hidden(rule):
+            return self.target.forward_with_last_hidden(tokens, positions, mask, with_hidden=self.needs_hidden)
         if self.needs_hidden:
-            return self.target.forward(tokens, positions, mask, with_hidden=True)
-        return self.target.forward(tokens, positions, mask), None
+            return (*self.target.forward(tokens, positions, mask, with_hidden=True), None)
+        return self.target.forward(tokens, positions, mask), None, None
 
     @torch.no_grad()
     def generate(self, prompt_ids, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
-                 seed: int = 0) -> GenerationResult:
+                 seed: int = 0, rule: str | None = None, rule_options: dict | None = None) -> GenerationResult:
+        """`rule`/`rule_options` override the generator's acceptance for this request."""
+        if rule is None:
+            rule, rule_options = self.rule, self.rule_options if rule_options is None else rule_options
+        rule_options = dict(rule_options or {})
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1")
         prompt = torch.as_tensor(list(prompt_ids), dtype=torch.long)
         if prompt.numel() < 1:
             raise ValueError("the prompt must hold at least one token")
-        get_rule(self.rule, sampling)  # fail before any work on a bad rule
+        get_rule(rule, sampling)  # fail before any work on a bad rule
         rng = TorchRandom(seed)
         start = time.perf_counter()
         self.target.truncate(0)
@@ -80,12 +88,12 @@ class SpeculativeGenerator:
             self.drafter.begin()
 
         n = prompt.numel()
-        logits, feats = self._forward(prompt, torch.arange(n), causal_extension_mask(0, n))
-        first = verify(DraftTree.root_only(int(prompt[-1])), logits[-1:], sampling, self.rule, rng,
-                       **self.rule_options)
+        logits, feats, last = self._forward(prompt, torch.arange(n), causal_extension_mask(0, n), rule)
+        first = verify(DraftTree.root_only(int(prompt[-1])), logits[-1:], sampling, rule, rng,
+                       target_hidden=None if last is None else last[-1:], **rule_options)
         tokens = prompt.tolist() + [first.bonus]
         result = GenerationResult(tokens=[first.bonus], steps=1, accepted_per_step=[1], seconds=0.0,
-                                  rule=self.rule, lossless=self.lossless)
+                                  rule=rule, lossless=is_lossless(rule), rule_options=rule_options)
         self.policy.observe(StepStats(shape=None, num_nodes=0, accepted=0,
                                       target_entropy=float(entropy(logits[-1]))))
 
@@ -97,8 +105,9 @@ class SpeculativeGenerator:
             else:
                 ctx = DraftContext(torch.tensor(tokens, dtype=torch.long), feats)
                 tree = self.drafter.propose(ctx, shape, sampling, rng)
-            logits, hidden = self._forward(tree.tokens, tree.positions(prefix), tree.attention_mask(prefix))
-            accepted = verify(tree, logits, sampling, self.rule, rng, **self.rule_options)
+            logits, hidden, last = self._forward(tree.tokens, tree.positions(prefix), tree.attention_mask(prefix),
+                                                 rule)
+            accepted = verify(tree, logits, sampling, rule, rng, target_hidden=last, **rule_options)
             self.target.commit(prefix, accepted.nodes)
             if feats is not None:
                 feats = torch.cat([feats, hidden[list(accepted.nodes)]])
@@ -123,4 +132,4 @@ class SpeculativeGenerator:
 
     @property
     def lossless(self) -> bool:
-        return self.rule == "auto" or self.rule in LOSSLESS_RULES
+        return is_lossless(self.rule)

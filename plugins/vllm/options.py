@@ -10,12 +10,11 @@ from dataclasses import dataclass, field
 
 from sagespec.common.params import ConfigError, check_choice, check_int, reject_unknown
 from sagespec.common.policies import POLICIES, make_policy
-from sagespec.common.verify import LOSSLESS_RULES
+from sagespec.common.verify import is_lossless
+from sagespec.common.verify.acceptance import parse_acceptance
 
 OWNER = "--speculative-config (method 'sage')"
 DRAFTERS = ("ngram", "draft_model", "eagle")
-# `auto`: greedy or exact sampling per request, from its temperature; `typical` is lossy.
-ACCEPTANCE = ("auto", "typical")
 SAGE_KEYS = ("method", "drafter", "model", "num_speculative_tokens", "policy", "policy_options",
              "drafter_options", "acceptance")
 # vLLM keys that keep their meaning for our proposer and are handed on unchanged.
@@ -32,7 +31,12 @@ class SageOptions:
     policy: str = "sage"
     policy_options: dict = field(default_factory=dict)
     drafter_options: dict = field(default_factory=dict)
-    acceptance: str = "auto"
+    acceptance: str = "auto"            # a rule of sagespec.common.verify; auto = greedy/exact per request
+    acceptance_options: dict = field(default_factory=dict)
+
+    @property
+    def lossless(self) -> bool:
+        return is_lossless(self.acceptance)
 
     def make_policy(self):
         return make_policy(self.policy, budget=self.budget, **self.policy_options)
@@ -40,7 +44,9 @@ class SageOptions:
     def to_dict(self) -> dict:
         return {"drafter": self.drafter, "model": self.model, "num_speculative_tokens": self.budget,
                 "policy": self.policy, "policy_options": dict(self.policy_options),
-                "drafter_options": dict(self.drafter_options), "acceptance": self.acceptance}
+                "drafter_options": dict(self.drafter_options),
+                "acceptance": {"rule": self.acceptance, **self.acceptance_options} if self.acceptance_options
+                else self.acceptance}
 
 
 def _dict_option(config: dict, key: str) -> dict:
@@ -68,13 +74,15 @@ def parse_sage_config(config: dict) -> tuple[SageOptions, dict]:
     if "budget" in policy_options:
         raise ConfigError(f"{OWNER}: policy_options.budget is not allowed; the node budget is "
                           f"num_speculative_tokens")
-    acceptance = config.get("acceptance", "auto")
-    if acceptance not in ACCEPTANCE:
-        raise ConfigError(f"{OWNER}: acceptance={acceptance!r} is not one of {list(ACCEPTANCE)} ('auto' picks "
-                          f"{sorted(LOSSLESS_RULES)} per request from its temperature; 'typical' is lossy)")
+    # A rule name or {"rule": NAME, **options}; 'greedy'/'sampling' would fail requests of the
+    # other kind, so per-request lossless choice is 'auto'.
+    acceptance, acceptance_options = parse_acceptance(config.get("acceptance", "auto"), OWNER)
+    if acceptance in ("greedy", "sampling"):
+        raise ConfigError(f"{OWNER}: acceptance={acceptance!r}: use 'auto' (greedy or exact sampling per "
+                          f"request, from its temperature) or a lossy rule: typical, kl-judge, judge")
     options = SageOptions(drafter=drafter, model=model, budget=budget, policy=policy,
                           policy_options=policy_options, drafter_options=_dict_option(config, "drafter_options"),
-                          acceptance=acceptance)
+                          acceptance=acceptance, acceptance_options=acceptance_options)
     options.make_policy()  # fail now on a bad policy option, naming it
     kept = {k: config[k] for k in VLLM_KEYS if k in config}
     return options, kept

@@ -25,6 +25,8 @@ from sagespec.common.random_source import TorchRandom
 from sagespec.common.sampling import SamplingParams
 from sagespec.common.shipped import shipped_head
 from sagespec.common.tree import DraftTree
+from sagespec.common.verify import rule_needs_hidden
+from sagespec.common.verify.acceptance import check_acceptance
 
 from sagespec.plugins._hf_tree_lm import HFTreeLM
 
@@ -98,9 +100,12 @@ class SageProposer:
         if not self.trees_allowed:
             logger.warning("sagespec: tree attention is implemented for vLLM's CPU backend only; "
                            "drafting chains on %s", current_platform.device_type)
-        if options.acceptance not in ("auto",):
-            logger.warning("sagespec: acceptance %r is lossy: outputs may differ from the target model's",
-                           options.acceptance)
+        hf = vllm_config.model_config.hf_config
+        check_acceptance(options.acceptance, options.acceptance_options, hf.vocab_size, hf.hidden_size)
+        if not options.lossless:
+            logger.warning("sagespec: acceptance %r %s is lossy: outputs may differ from the target model's",
+                           options.acceptance, options.acceptance_options)
+        self.logits_hidden = None   # the rows vLLM last computed logits from (rules that read them)
         self.draft_lm = None
         self.target_path = vllm_config.model_config.model
         if options.drafter == "ngram":
@@ -116,6 +121,8 @@ class SageProposer:
 
     def load_model(self, target_model) -> None:
         """vLLM hands over the target model once loaded; the EAGLE head shares its embeddings."""
+        if rule_needs_hidden(self.options.acceptance):
+            self._keep_logits_hidden(target_model)
         if self.options.drafter == "draft_model":
             self.draft_lm = load_draft_model(self.options.model, self.target_path, target_model)
             return
@@ -128,6 +135,16 @@ class SageProposer:
         folder = self.options.model or shipped_head_for(config)
         self.head = EagleHead.load(folder, embed, lm_head, config.num_hidden_layers).eval()
         logger.info("sagespec: EAGLE head %s reads target layers %s", folder, self.hidden_layer_ids)
+
+    def _keep_logits_hidden(self, target_model) -> None:
+        """The runner computes logits from the final hidden states of the rows it samples; keep
+        them for acceptance rules that read them (no extra forward)."""
+        original = target_model.compute_logits
+
+        def compute_logits(hidden_states, *args, **kwargs):
+            self.logits_hidden = hidden_states
+            return original(hidden_states, *args, **kwargs)
+        target_model.compute_logits = compute_logits
 
     # ---- the proposer contract -------------------------------------------------------------
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None,

@@ -101,9 +101,13 @@ def _sample(original):
         cu = spec_decode_metadata.cu_num_sampled_tokens.cpu().tolist()
         starts = {e.req_idx: cu[e.req_idx] - e.scheduled for e in step.entries}
         rows = {e.req_idx: logits[starts[e.req_idx]: starts[e.req_idx] + e.n].float().clone() for e in step.entries}
+        hidden = self.drafter.logits_hidden  # set only when the acceptance rule reads hidden states
+        hidden_rows = None if hidden is None else {
+            e.req_idx: hidden[starts[e.req_idx]: starts[e.req_idx] + e.n].float() for e in step.entries}
         output = original(self, logits, spec_decode_metadata)
-        verify_and_commit(step, self, rows, output, self._sagespec_entropy, starts,
-                          self.drafter.options.acceptance)
+        options = self.drafter.options
+        verify_and_commit(step, self, rows, output, self._sagespec_entropy, starts, options.acceptance,
+                          options.acceptance_options, hidden_rows)
         self._sagespec_accepted = {e.req_idx: e.accepted for e in step.entries}
         return output
     return sample

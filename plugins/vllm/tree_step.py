@@ -131,8 +131,10 @@ def request_sampling(batch, req_idx: int) -> SamplingParams:
 
 
 def verify_and_commit(step: TreeStep, runner, logits_rows: dict[int, torch.Tensor], sampler_output,
-                      entropies: torch.Tensor | None, row_starts: dict[int, int], rule: str) -> None:
-    """Write each tree's accepted path + bonus into vLLM's sampler output and commit its KV."""
+                      entropies: torch.Tensor | None, row_starts: dict[int, int], rule: str,
+                      rule_options: dict | None = None, hidden_rows: dict[int, torch.Tensor] | None = None) -> None:
+    """Write each tree's accepted path + bonus into vLLM's sampler output and commit its KV.
+    `hidden_rows`: the final hidden states of each tree's rows, for rules that read them."""
     ids = sampler_output.sampled_token_ids
     src, dst = [], []
     for e in step.entries:
@@ -140,7 +142,9 @@ def verify_and_commit(step: TreeStep, runner, logits_rows: dict[int, torch.Tenso
         # The request's own generator when it has a seed, else torch's global one (seeded by vLLM).
         generator = runner.input_batch.generators.get(e.req_idx, torch.default_generator)
         rng = TorchRandom(generator=generator)
-        accepted = verify(e.tree, rows, request_sampling(runner.input_batch, e.req_idx), rule, rng)
+        accepted = verify(e.tree, rows, request_sampling(runner.input_batch, e.req_idx), rule, rng,
+                          target_hidden=None if hidden_rows is None else hidden_rows[e.req_idx],
+                          **(rule_options or {}))
         e.accepted = accepted.nodes
         emitted = accepted.emitted(e.tree)
         ids[e.req_idx].fill_(-1)

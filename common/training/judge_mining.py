@@ -1,0 +1,64 @@
+"""AutoJudge mining: which draft/target mismatches change a task's outcome.
+
+For one prompt with the target's greedy response, walk the response left to right; at each
+position where the drafter's greedy guess differs from the response, swap the guess in and let
+the target regenerate the rest. If the task's outcome flips the token is important (label 1) and
+the original token is kept; otherwise it is not (label 0) and the swapped response is kept, so
+later mismatches are judged on the text a lossy decoder would actually have produced
+(semi-greedy search). Each mismatch costs one target regeneration.
+
+The search is written over four callables, so the same code mines a real model and a planted
+test task:
+  draft_all(ids) -> [int]              the drafter's greedy guess of ids[j] from ids[:j] for every
+                                       j (-1 where it has none); one call per response version
+  regenerate(ids, max_new) -> [int]    the target's greedy continuation (may stop early at EOS)
+  hidden_at(ids) -> Tensor[H]          the target's last hidden state at ids[-1] (the draft token)
+  correct(response_ids) -> bool        the task's outcome for a response
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+
+@dataclass
+class MinedMismatch:
+    position: int        # index in the response where the draft differed
+    target_token: int
+    draft_token: int
+    important: bool      # swapping the draft token in flipped the outcome
+    hidden: torch.Tensor  # the target's last hidden state at the draft token [H]
+
+
+@dataclass
+class MinedPrompt:
+    prompt: list[int]
+    response: list[int]      # the target's greedy response
+    final: list[int]         # the response after every unimportant swap was kept
+    correct: bool            # the outcome of the target's own response
+    mismatches: list[MinedMismatch]
+
+
+def mine_prompt(prompt: list[int], response: list[int], draft_all: Callable, regenerate: Callable,
+                hidden_at: Callable, correct: Callable, max_new_tokens: int) -> MinedPrompt:
+    base = bool(correct(response))
+    current = list(response)
+    found: list[MinedMismatch] = []
+    guesses = list(draft_all(prompt + current))
+    t = 0
+    while t < len(current):
+        guess = int(guesses[len(prompt) + t])
+        if guess < 0 or guess == current[t]:
+            t += 1
+            continue
+        swapped = current[:t] + [guess]
+        swapped += list(regenerate(prompt + swapped, max_new_tokens - len(swapped)))
+        flipped = bool(correct(swapped)) != base
+        found.append(MinedMismatch(t, current[t], guess, flipped, hidden_at(prompt + current[:t] + [guess])))
+        if not flipped:
+            current = swapped
+            guesses = list(draft_all(prompt + current))
+        t += 1
+    return MinedPrompt(list(prompt), list(response), current, base, found)

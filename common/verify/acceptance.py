@@ -1,0 +1,44 @@
+"""One acceptance spec for every runtime: a rule name, or {"rule": NAME, **options}; options are
+checked at startup by a dry run of the rule on a one-node step, so a bad key, value or judge file
+fails before any request."""
+from __future__ import annotations
+
+import json
+
+import torch
+
+from ..params import ConfigError
+from ..random_source import TorchRandom
+from ..sampling import SamplingParams
+from ..tree import DraftTree
+from .registry import available_rules, is_lossless, verify
+
+
+def parse_acceptance(value, owner: str) -> tuple[str, dict]:
+    """(rule, options) from a name, a dict or a JSON object text."""
+    if isinstance(value, str) and value.strip().startswith("{"):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{owner}: acceptance is not valid JSON: {e}") from None
+    if isinstance(value, str):
+        rule, options = value, {}
+    elif isinstance(value, dict):
+        if "rule" not in value:
+            raise ConfigError(f"{owner}: acceptance {value!r} needs a 'rule' key; allowed rules: {available_rules()}")
+        options = dict(value)
+        rule = options.pop("rule")
+    else:
+        raise ConfigError(f"{owner}: acceptance={value!r} must be a rule name or an object with 'rule'")
+    if rule not in available_rules():
+        raise ConfigError(f"{owner}: acceptance rule {rule!r} is unknown; allowed: {available_rules()}")
+    if is_lossless(rule) and options:
+        raise ConfigError(f"{owner}: acceptance rule {rule!r} takes no options; got {sorted(options)}")
+    return rule, options
+
+
+def check_acceptance(rule: str, options: dict, vocab_size: int, hidden_size: int) -> None:
+    """Runs the rule once on a root-only tree: every option is read and validated as in serving."""
+    params = SamplingParams() if rule != "sampling" else SamplingParams(temperature=1.0)
+    verify(DraftTree.root_only(0), torch.zeros(1, vocab_size), params, rule, TorchRandom(0),
+           target_hidden=torch.zeros(1, hidden_size), **options)
