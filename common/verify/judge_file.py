@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
-from functools import lru_cache
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import torch
@@ -82,8 +82,10 @@ class JudgeFile:
                               f"name {sorted(self.thresholds)}")
         return float(value)
 
+    @cached_property
     def tensors(self):
-        """(weights / scale, bias - weights . mean / scale) in float64: p = sigmoid(h . a + c)."""
+        """(weights / scale, bias - weights . mean / scale) in float64: p = sigmoid(h . a + c).
+        Computed once per loaded file (verification reads it every step)."""
         w = torch.tensor(self.weights, dtype=torch.float64)
         s = torch.tensor(self.scale, dtype=torch.float64)
         mu = torch.tensor(self.mean, dtype=torch.float64)
@@ -92,7 +94,7 @@ class JudgeFile:
 
     def probability(self, hidden: torch.Tensor) -> torch.Tensor:
         """p(important) for rows of hidden [n, H] (one batched matrix-vector product)."""
-        a, c = self.tensors()
+        a, c = self.tensors
         return torch.sigmoid(hidden.double() @ a + c)
 
     def save(self, path) -> None:
@@ -107,8 +109,9 @@ class JudgeFile:
             raw = json.loads(path.read_text())
         except json.JSONDecodeError as e:
             raise ConfigError(f"judge file {str(path)!r} is not JSON: {e}") from None
-        known = {"format", "hidden_size", "feature", "mean", "scale", "weights", "bias", "thresholds", "provenance"}
-        missing = sorted(known - {"thresholds", "provenance"} - set(raw))
+        known = {f.name for f in fields(cls)}
+        required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+        missing = sorted(required - set(raw))
         unknown = sorted(set(raw) - known)
         if missing or unknown:
             raise ConfigError(f"judge file {str(path)!r}: missing fields {missing}, unknown fields {unknown}")
@@ -125,8 +128,7 @@ def _load_cached(path: str, mtime_ns: int) -> JudgeFile:
 
 
 def load_judge(path) -> JudgeFile:
-    """Loaded once per file version (keyed by path and modification time)."""
+    """Loaded once per file version (keyed by path and modification time); a missing file is
+    refused by JudgeFile.load."""
     p = Path(path).resolve()
-    if not p.is_file():
-        raise ConfigError(f"judge file {str(path)!r} does not exist")
-    return _load_cached(str(p), p.stat().st_mtime_ns)
+    return _load_cached(str(p), p.stat().st_mtime_ns if p.is_file() else -1)

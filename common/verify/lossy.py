@@ -7,6 +7,8 @@ and random draw for random draw. Criteria that read a distribution use the targe
 temperature 1 for greedy requests (a one-hot says nothing about how close a miss was)."""
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 
 from ..sampling import SamplingParams, process_logits
@@ -27,10 +29,8 @@ def criterion_probs(target_logits: torch.Tensor, params: SamplingParams):
     """A per-node cache of the distribution a lossy criterion reads: p(node) as sampled, or at
     temperature 1 for greedy requests."""
     crit = params if not params.greedy else _T1
-    cache: dict[int, torch.Tensor] = {}
 
+    @cache
     def probs(node: int) -> torch.Tensor:
-        if node not in cache:
-            cache[node] = process_logits(target_logits[node], crit)
-        return cache[node]
+        return process_logits(target_logits[node], crit)
     return probs

@@ -7,6 +7,7 @@ The criterion only ever adds acceptances to the lossless rule of the request's k
 from __future__ import annotations
 
 import math
+from functools import cache
 
 import torch
 
@@ -26,10 +27,14 @@ def verify_tree_typical(tree, target_logits, params, rng, eps: float = 0.09, del
     probs = criterion_probs(target_logits, params)
     tokens = tree.tokens.tolist()
 
-    def extra(node: int, child: int) -> bool:
+    @cache
+    def node_threshold(node: int) -> float:  # once per node, however many children it has
         p = probs(node)
         h = float(-(p * torch.log(p.clamp_min(1e-30))).sum())
-        threshold = min(eps, delta * math.exp(-h))
-        return threshold > 0 and float(p[tokens[child]]) > threshold
+        return min(eps, delta * math.exp(-h))
+
+    def extra(node: int, child: int) -> bool:
+        threshold = node_threshold(node)
+        return threshold > 0 and float(probs(node)[tokens[child]]) > threshold
 
     return extended_walk(tree, target_logits, params, rng, extra)

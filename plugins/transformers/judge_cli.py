@@ -85,8 +85,8 @@ def run_mine(args) -> int:
     items_of, correct = TASKS[args.task]
     for split in splits:
         items = items_of(split)[: args.limit]
-        path = out / f"mined-{split}.jsonl"
-        done = {json.loads(line)["id"] for line in path.read_text().splitlines()} if path.is_file() else set()
+        path = mined_path(out, split)
+        done = {row["id"] for row in mined_rows(out, split)}
         todo = [it for it in items if it.id not in done]
         bar = tqdm(todo, desc=f"mine-judge {split}", unit="prompt", initial=len(done), total=len(items))
         with path.open("a") as f:
@@ -109,24 +109,28 @@ def run_mine(args) -> int:
     return 0
 
 
+def mined_path(folder: Path, split: str) -> Path:
+    return folder / f"mined-{split}.jsonl"
+
+
+def mined_rows(folder: Path, split: str) -> list[dict]:
+    """One dict per mined prompt; none when the split was not mined."""
+    path = mined_path(folder, split)
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
 def read_split(folder: Path, split: str):
-    path = folder / f"mined-{split}.jsonl"
-    if not path.is_file():
-        raise ConfigError(f"{path} is missing: run `sagespec mine-judge --splits {split}` first")
-    xs, ys = [], []
-    for line in path.read_text().splitlines():
-        for m in json.loads(line)["mismatches"]:
-            xs.append(m["hidden"])
-            ys.append(int(m["important"]))
-    return xs, ys
+    if not mined_path(folder, split).is_file():
+        raise ConfigError(f"{mined_path(folder, split)} is missing: run `sagespec mine-judge --splits {split}` first")
+    ms = [m for row in mined_rows(folder, split) for m in row["mismatches"]]
+    return [m["hidden"] for m in ms], [int(m["important"]) for m in ms]
 
 
 def summarise_mined(folder: Path) -> dict:
     out = {}
     for split in SPLITS:
-        path = folder / f"mined-{split}.jsonl"
-        if path.is_file():
-            rows = [json.loads(line) for line in path.read_text().splitlines()]
+        if mined_path(folder, split).is_file():
+            rows = mined_rows(folder, split)
             ms = [m for r in rows for m in r["mismatches"]]
             out[split] = {"prompts": len(rows), "target_correct": sum(r["correct"] for r in rows),
                           "mismatches": len(ms), "important": sum(m["important"] for m in ms)}

@@ -129,7 +129,3 @@ class SpeculativeGenerator:
             result.entropies.append(h)
         result.seconds = time.perf_counter() - start
         return result
-
-    @property
-    def lossless(self) -> bool:
-        return is_lossless(self.rule)
