@@ -58,8 +58,8 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/lossy_pareto.json")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    items_of, correct = TASKS[args.task]
-    items = items_of("test")[: args.num_prompts]
+    task = TASKS[args.task]
+    items = task.items("test")[: args.num_prompts]
     target = load_target(args.model, args.dtype)
     drafter = make_drafter("eagle", target, eagle_head=args.eagle_head, dtype=args.dtype)
     prompts = [target.encode_chat(it.question) for it in items]
@@ -69,7 +69,7 @@ def main() -> None:
         hits, taus, emitted, verifies = 0, [], 0, 0
         for item, ids in zip(items, tqdm(prompts, desc=label(rule, options), unit="prompt")):
             r = gen.generate(ids, args.max_new_tokens, SamplingParams())
-            hits += correct(item, target.tokenizer.decode(r.tokens, skip_special_tokens=True))
+            hits += task.correct(item, target.tokenizer.decode(r.tokens, skip_special_tokens=True))
             steps = r.accepted_per_step[1:]
             emitted, verifies = emitted + sum(steps), verifies + len(steps)
             if steps:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 from .params import ConfigError
 
@@ -59,4 +60,16 @@ def arithmetic_correct(item: TaskItem, text: str) -> bool:
     return stated_answer(text) == item.answer
 
 
-TASKS = {"arithmetic": (arithmetic_items, arithmetic_correct)}
+def arithmetic_settled(text: str) -> bool:
+    """True when no continuation of `text` can change its stated answer: an integer after the
+    first '=' already ended (a later character that is not a digit follows it)."""
+    return "=" in text and re.search(r"-?\d+\D", text.split("=", 1)[1]) is not None
+
+
+class Task(NamedTuple):
+    items: Callable[[str], list[TaskItem]]       # split -> its items
+    correct: Callable[[TaskItem, str], bool]     # the outcome of a response text
+    settled: Callable[[str], bool]               # the outcome of every continuation is that of the text
+
+
+TASKS = {"arithmetic": Task(arithmetic_items, arithmetic_correct, arithmetic_settled)}

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-VLLM_VERSION=${VLLM_VERSION:-$("$PY" scripts/vllm_versions.py | tail -n 1)}
+VLLM_VERSION=${VLLM_VERSION:-$("$PY" scripts/engine_versions.py vllm | tail -n 1)}
 VENV=${VLLM_VENV:-.venv-vllm}
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from sagespec.common.judge_tasks import SPLITS, arithmetic_correct, arithmetic_items, split_of
+from sagespec.common.judge_tasks import SPLITS, arithmetic_correct, arithmetic_items, arithmetic_settled, split_of
 from sagespec.common.params import ConfigError
 from sagespec.common.training.judge_mining import mine_prompt
 from sagespec.common.training.judge_trainer import train_judge
@@ -27,9 +27,14 @@ def draft_all(ids):
     return guesses
 
 
-def regenerate(ids, max_new):
+def regenerate(ids, max_new, until=None):
     start = len(ids) - len(PROMPT)
-    return CANON[start: start + max_new]
+    out = []
+    for token in CANON[start: start + max_new]:
+        out.append(token)
+        if until is not None and until(out):
+            break
+    return out
 
 
 def hidden_at(ids):
@@ -52,6 +57,33 @@ def test_mining_with_no_mismatch_costs_no_regeneration():
     mined = mine_prompt(PROMPT, list(CANON), lambda ids: [-1] * 2 + CANON[: len(ids) - 2],
                         lambda ids, n: calls.append(1) or [], hidden_at, lambda r: True, len(CANON))
     assert mined.mismatches == [] and calls == []
+
+
+def test_mismatches_after_a_settled_prefix_cost_no_regeneration():
+    # The outcome is settled once position 2 is written: the swap at 4 is labelled unimportant
+    # without a regeneration, the swaps at 0 and 2 are still tried.
+    # A regeneration stops where the outcome settles; a kept swap's response is then completed.
+    calls = []
+    def counted(ids, n, until=None):
+        new = regenerate(ids, n, until)
+        calls.append((len(ids) - len(PROMPT), len(new)))
+        return new
+    mined = mine_prompt(PROMPT, list(CANON), draft_all, counted, hidden_at,
+                        lambda r: len(r) > 2 and r[2] == 42, len(CANON), settled=lambda r: len(r) > 2)
+    assert [(m.position, m.important) for m in mined.mismatches] == [(0, False), (2, True), (4, False)]
+    # swap at 0: stopped after 2 tokens, completed with 3; swap at 2 is already settled
+    assert calls == [(1, 2), (3, 3)]
+    assert mined.final == [20, 11, 42, 12, 13, 14]  # nothing swapped after the outcome settled
+
+
+@pytest.mark.parametrize("text,settled", [
+    ("3 + 4 = 7.", True), ("3 + 4 = 7", False), ("3 + 4 = 1", False), ("= -2 ", True), ("7.", False),
+    ("The answer is 7. So 3 + 4 = ", False), ("3 + 4 = 12\n", True)])
+def test_arithmetic_settles_when_the_stated_answer_has_ended(text, settled):
+    assert arithmetic_settled(text) is settled
+    if settled:  # no continuation changes the answer
+        item = arithmetic_items("train")[0]
+        assert arithmetic_correct(item, text) == arithmetic_correct(item, text + "0 = 5, = 9")
 
 
 def test_judge_training_separates_and_round_trips(tmp_path):

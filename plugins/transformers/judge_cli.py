@@ -82,9 +82,9 @@ def run_mine(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / META).write_text(json.dumps(meta, indent=1))
     target, miner = _mining_target(args)
-    items_of, correct = TASKS[args.task]
+    task = TASKS[args.task]
     for split in splits:
-        items = items_of(split)[: args.limit]
+        items = task.items(split)[: args.limit]
         path = mined_path(out, split)
         done = {row["id"] for row in mined_rows(out, split)}
         todo = [it for it in items if it.id not in done]
@@ -94,7 +94,8 @@ def run_mine(args) -> int:
                 prompt = target.encode_chat(item.question)
                 response = miner.regenerate(prompt, args.max_new_tokens)
                 mined = mine_prompt(prompt, response, miner.draft_all, miner.regenerate, miner.hidden_at,
-                                    lambda r: correct(item, miner.text(r)), args.max_new_tokens)
+                                    lambda r: task.correct(item, miner.text(r)), args.max_new_tokens,
+                                    settled=lambda r: task.settled(miner.text(r)))
                 f.write(json.dumps({
                     "id": item.id, "correct": mined.correct, "response": miner.text(mined.response),
                     "final": miner.text(mined.final),

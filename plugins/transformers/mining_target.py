@@ -3,6 +3,7 @@ drafter guesses for a whole sequence, last hidden state at a token, task outcome
 from __future__ import annotations
 
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from sagespec.common.drafters import EagleHead
 from sagespec.common.training.eagle_ttt import ttt_forward
@@ -16,14 +17,18 @@ class MiningTarget:
         self.head, self.draft_model = head, draft_model
 
     @torch.no_grad()
-    def regenerate(self, ids: list[int], max_new: int) -> list[int]:
-        """The target's greedy continuation, its end token kept when it stops on one."""
-        if max_new < 1:
+    def regenerate(self, ids: list[int], max_new: int, until=None) -> list[int]:
+        """The target's greedy continuation, its end token kept when it stops on one; nothing
+        after an end token. `until(continuation so far)` stops it early."""
+        if max_new < 1 or (ids and ids[-1] in self.eos):
             return []
         x = torch.tensor([ids])
+        stop = None
+        if until is not None:
+            stop = StoppingCriteriaList([_Until(until, len(ids))])
         out = self.model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
                                   max_new_tokens=max_new, eos_token_id=self.eos or None,
-                                  pad_token_id=self.eos[0] if self.eos else 0)
+                                  pad_token_id=self.eos[0] if self.eos else 0, stopping_criteria=stop)
         new = out[0, len(ids):].tolist()
         ends = [j for j, t in enumerate(new) if t in self.eos]
         return new[: ends[0] + 1] if ends else new
@@ -52,3 +57,13 @@ class MiningTarget:
 
     def text(self, response: list[int]) -> str:
         return self.tokenizer.decode(response, skip_special_tokens=True)
+
+
+class _Until(StoppingCriteria):
+    """Stops batch-1 generation once a predicate on the new tokens holds."""
+
+    def __init__(self, until, start: int):
+        self.until, self.start = until, start
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return torch.tensor([bool(self.until(input_ids[0, self.start:].tolist()))])

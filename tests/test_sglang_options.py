@@ -1,0 +1,77 @@
+"""The SGLang plugin's option parsing from server arguments (pure Python; SGLang not imported)."""
+import json
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from sagespec.common.params import ConfigError
+from sagespec.plugins.sglang.options import DEFAULT_DRAFT_TOKENS, parse_server_args
+
+
+def args(**kw):
+    base = dict(speculative_num_draft_tokens=None, speculative_num_steps=None, speculative_eagle_topk=None,
+                speculative_draft_model_path=None, speculative_adaptive_config=None, speculative_adaptive=False)
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_defaults_fill_sglang_flags_and_the_policy():
+    options = parse_server_args(args())
+    assert (options.drafter, options.policy, options.acceptance) == ("ngram", "sage", "auto")
+    assert (options.num_draft_tokens, options.num_steps, options.eagle_topk) == \
+        (DEFAULT_DRAFT_TOKENS, DEFAULT_DRAFT_TOKENS - 1, DEFAULT_DRAFT_TOKENS - 1)
+    policy = options.make_policy()
+    assert (policy.budget, policy.max_depth, policy.max_width) == (8, 8, 8)
+    assert "sglang" not in sys.modules  # parsing never imports the engine
+
+
+def test_sglang_flags_become_the_policy_bounds():
+    options = parse_server_args(args(speculative_num_draft_tokens=12, speculative_num_steps=6,
+                                     speculative_eagle_topk=3))
+    policy = options.make_policy()
+    assert (policy.budget, policy.max_depth, policy.max_width) == (11, 6, 3)  # the root is not drafted
+    chain = parse_server_args(args(speculative_num_steps=4, speculative_adaptive_config='{"policy": "chain"}'))
+    assert chain.make_policy().depth == 4
+
+
+def test_json_option_inline_or_from_a_file(tmp_path):
+    config = {"drafter": "eagle", "policy": "sage", "policy_options": {"ema": 0.25},
+              "acceptance": {"rule": "typical", "eps": 0.1}}
+    inline = parse_server_args(args(speculative_adaptive_config=json.dumps(config)))
+    path = tmp_path / "sage.json"
+    path.write_text(json.dumps(config))
+    from_file = parse_server_args(args(speculative_adaptive_config=str(path)))
+    assert inline == from_file
+    assert (inline.drafter, inline.acceptance, inline.acceptance_options) == ("eagle", "typical", {"eps": 0.1})
+    assert inline.make_policy().ema == 0.25 and not inline.lossless
+
+
+def test_a_draft_model_path_means_the_draft_model_drafter():
+    options = parse_server_args(args(speculative_draft_model_path="/models/draft"))
+    assert (options.drafter, options.model) == ("draft_model", "/models/draft")
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"speculative_num_draft_tokens": 1}, "--speculative-num-draft-tokens=1 is out of range"),
+    ({"speculative_num_steps": 9}, "--speculative-num-steps=9 is out of range"),
+    ({"speculative_eagle_topk": 0}, "--speculative-eagle-topk=0 is out of range"),
+    ({"speculative_adaptive": True}, "drop it"),
+    ({"speculative_adaptive_config": '{"colour": "blue"}'}, "unknown option(s) ['colour']"),
+    ({"speculative_adaptive_config": '{"policy": "widest"}'}, "policy='widest' is not one of"),
+    ({"speculative_adaptive_config": '{"policy_options": {"max_depth": 3}}'},
+     "policy_options.max_depth is set by --speculative-num-steps"),
+    ({"speculative_adaptive_config": '{"policy_options": {"ema": 2.0}}'}, "ema=2.0 is out of range"),
+    ({"speculative_adaptive_config": '{"acceptance": "greedy"}'}, "use 'auto'"),
+    ({"speculative_adaptive_config": '{"acceptance": "nope"}'}, "acceptance rule 'nope' is unknown"),
+    ({"speculative_adaptive_config": '{"policy": '}, "is not valid JSON"),
+    ({"speculative_adaptive_config": "[1, 2]"}, "neither a JSON object nor a file"),
+    ({"speculative_adaptive_config": "/nonexistent/sage.json"}, "neither a JSON object nor a file"),
+    ({"speculative_adaptive_config": '{"drafter": "draft_model"}'}, "needs --speculative-draft-model-path"),
+    ({"speculative_draft_model_path": "/m", "speculative_adaptive_config": '{"drafter": "ngram"}'},
+     "takes no --speculative-draft-model-path"),
+    ({"speculative_num_steps": 1}, "max_depth comes from --speculative-num-steps"),  # sage's min_depth is 2
+])
+def test_bad_values_fail_naming_the_flag_or_key(kw, message):
+    with pytest.raises(ConfigError) as err:
+        parse_server_args(args(**kw))
+    assert message in str(err.value) and "--speculative-algorithm sage" in str(err.value)
