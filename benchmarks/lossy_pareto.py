@@ -26,14 +26,23 @@ TYPICAL_EPS = (0.3, 0.1, 0.03, 0.01)
 KL_THRESHOLDS = (0.5, 1.0, 2.0, 4.0)
 
 
-def configs(judge_path: str | None) -> list[tuple[str, dict]]:
+def configs(judge_path: str | None, typical_eps=TYPICAL_EPS, kl_thresholds=KL_THRESHOLDS,
+            judge_points: list[str] | None = None) -> list[tuple[str, dict]]:
     out = [("auto", {})]
-    out += [("typical", {"eps": e, "delta": 1.0}) for e in TYPICAL_EPS]
-    out += [("kl-judge", {"threshold": t}) for t in KL_THRESHOLDS]
+    out += [("typical", {"eps": e, "delta": 1.0}) for e in typical_eps]
+    out += [("kl-judge", {"threshold": t}) for t in kl_thresholds]
     if judge_path:
-        judge = load_judge(judge_path)
-        out += [("judge", {"path": judge_path, "threshold": name}) for name in sorted(judge.thresholds)]
+        known = sorted(load_judge(judge_path).thresholds)
+        points = judge_points or known
+        unknown = sorted(set(points) - set(known))
+        if unknown:
+            raise SystemExit(f"--judge-points {unknown}: the judge's operating points are {known}")
+        out += [("judge", {"path": judge_path, "threshold": name}) for name in points]
     return out
+
+
+def floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x]
 
 
 def label(rule: str, options: dict) -> str:
@@ -55,6 +64,9 @@ def main() -> None:
     ap.add_argument("--num-prompts", type=int, default=100)
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--typical-eps", type=floats, default=list(TYPICAL_EPS), help="comma-separated")
+    ap.add_argument("--kl-thresholds", type=floats, default=list(KL_THRESHOLDS), help="comma-separated, nats")
+    ap.add_argument("--judge-points", default=None, help="comma-separated operating points (default: all)")
     ap.add_argument("--out", default="benchmarks/results/lossy_pareto.json")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -64,7 +76,8 @@ def main() -> None:
     drafter = make_drafter("eagle", target, eagle_head=args.eagle_head, dtype=args.dtype)
     prompts = [target.encode_chat(it.question) for it in items]
     rows = []
-    for rule, options in configs(args.judge):
+    points = args.judge_points.split(",") if args.judge_points else None
+    for rule, options in configs(args.judge, args.typical_eps, args.kl_thresholds, points):
         gen = make_generator(target, drafter, make_policy_from_args(args.policy, args.budget), rule, options)
         hits, taus, emitted, verifies = 0, [], 0, 0
         for item, ids in zip(items, tqdm(prompts, desc=label(rule, options), unit="prompt")):

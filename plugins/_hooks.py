@@ -56,6 +56,17 @@ def check_contract(hooks) -> list[str]:
     return [d for d in (_difference(h) for h in hooks) if d is not None]
 
 
+def refusal_reason(engine: str, version: str, supported, hooks) -> str | None:
+    """Why a plugin must leave this engine release alone, or None: not a release it is tested
+    against, or a hook that differs."""
+    if version not in supported:
+        return f"{engine} {version} is not a release sagespec is tested against (supported: {list(supported)})"
+    differences = check_contract(hooks)
+    if differences:
+        return f"{engine} {version} differs from what sagespec relies on: " + "; ".join(differences)
+    return None
+
+
 @dataclass
 class Patches:
     """Wrappers to install on engine attributes: (owner path, attribute, make_wrapper(original))."""

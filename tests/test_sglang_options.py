@@ -1,4 +1,5 @@
-"""The SGLang plugin's option parsing from server arguments (pure Python; SGLang not imported)."""
+"""The SGLang plugin's option parsing from server arguments and its torch slot assignment (SGLang not
+imported)."""
 import json
 import sys
 from types import SimpleNamespace
@@ -75,3 +76,15 @@ def test_bad_values_fail_naming_the_flag_or_key(kw, message):
     with pytest.raises(ConfigError) as err:
         parse_server_args(args(**kw))
     assert message in str(err.value) and "--speculative-algorithm sage" in str(err.value)
+
+
+def test_slot_assignment_writes_each_requests_range_in_order():
+    import torch
+
+    from sagespec.plugins.sglang.cpu_paths import assign_req_to_token_pool
+    req_to_token = torch.zeros(4, 10, dtype=torch.int32)
+    locs = torch.arange(100, 107)
+    assign_req_to_token_pool(torch.tensor([2, 0]), req_to_token, torch.tensor([3, 0]), torch.tensor([6, 4]), locs, 2)
+    assert req_to_token[2].tolist() == [0, 0, 0, 100, 101, 102, 0, 0, 0, 0]
+    assert req_to_token[0].tolist() == [103, 104, 105, 106, 0, 0, 0, 0, 0, 0]
+    assert not req_to_token[[1, 3]].any()

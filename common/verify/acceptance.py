@@ -37,6 +37,16 @@ def parse_acceptance(value, owner: str) -> tuple[str, dict]:
     return rule, options
 
 
+def parse_server_acceptance(value, owner: str) -> tuple[str, dict]:
+    """An engine server's acceptance: as `parse_acceptance`, but plain 'greedy'/'sampling' are
+    refused, since each would fail the requests of the other kind; 'auto' chooses per request."""
+    rule, options = parse_acceptance(value, owner)
+    if rule in ("greedy", "sampling"):
+        raise ConfigError(f"{owner}: acceptance={rule!r}: use 'auto' (greedy or exact sampling per "
+                          f"request, from its temperature) or a lossy rule: typical, kl-judge, judge")
+    return rule, options
+
+
 def check_acceptance(rule: str, options: dict, vocab_size: int, hidden_size: int) -> None:
     """Runs the rule once on a root-only tree: every option is read and validated as in serving."""
     params = SamplingParams() if rule != "sampling" else SamplingParams(temperature=1.0)

@@ -32,3 +32,16 @@ def tiny_model(tmp_path_factory):
                 num_key_value_heads=2, max_position_embeddings=512,
                 architectures=["LlamaForCausalLM"]).save_pretrained(folder)
     return str(folder)
+
+
+@pytest.fixture(scope="session")
+def smollm2_folder():
+    from sagespec.plugins.transformers.model_loading import smollm2_folder
+    return str(smollm2_folder())
+
+
+@pytest.fixture(scope="session")
+def mtbench_8(smollm2_folder):
+    """The first 8 MT-Bench first turns through SmolLM2's chat template, as token ids."""
+    from mtbench_ids import mtbench_chat_ids
+    return mtbench_chat_ids(smollm2_folder, 8)

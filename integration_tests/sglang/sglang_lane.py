@@ -8,9 +8,9 @@ import sys
 import textwrap
 
 
-def run_python(code: str, *argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def run_python(code: str, *argv: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *argv], capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ))
+                          timeout=timeout, env=dict(os.environ) if env is None else env)
 
 
 def last_json(out: subprocess.CompletedProcess):

@@ -68,6 +68,7 @@ BAD = [
     (["--speculative-adaptive-config", '{"policy_options": {"max_width": 2}}'],
      "policy_options.max_width is set by --speculative-eagle-topk"),
     (["--speculative-adaptive"], "--speculative-adaptive is SGLang's step-count controller"),
+    (["--speculative-adaptive-config", '{"drafter": "eagle"}'], "is not wired into the SGLang worker yet"),
 ]
 
 

@@ -2,6 +2,8 @@
 Triton's interpreter on CPU tensors): the positions and first-child/next-sibling links SGLang
 derives from our mask are our tree's, and SGLang's greedy tree verification accepts exactly the
 path our greedy verification accepts, padding included."""
+import importlib
+
 import torch
 from hypothesis import given, settings, strategies as st
 
@@ -33,6 +35,15 @@ def batches(draw):
         trees.append(tree)
         targets.append(target)
     return trees, n, torch.tensor(targets)
+
+
+def sglang_greedy_tree_verify():
+    """SGLang's Triton greedy tree verification (moved from eagle_utils to the kernel ops in 0.5.23)."""
+    for module in ("sglang.kernels.ops.speculative.spec_tree", "sglang.srt.speculative.eagle_utils"):
+        found = getattr(importlib.import_module(module), "verify_tree_greedy_triton", None)
+        if found is not None:
+            return found
+    raise AssertionError("this SGLang has no verify_tree_greedy_triton")
 
 
 def sglang_tree_links(layout, seq_lens):
@@ -67,7 +78,7 @@ def test_sglang_derives_our_positions_and_links(batch, lens):
 @given(batches())
 @settings(max_examples=60, deadline=None)
 def test_sglang_greedy_tree_verification_accepts_our_path(batch):
-    from sglang.kernels.ops.speculative.spec_tree import verify_tree_greedy_triton
+    verify_tree_greedy_triton = sglang_greedy_tree_verify()
     trees, n, targets = batch
     layout = pack_trees(trees, n)
     bs = len(trees)

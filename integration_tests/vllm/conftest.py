@@ -26,16 +26,8 @@ def smollm2_folder():
 @pytest.fixture(scope="session")
 def mtbench_prompts(smollm2_folder):
     """The first 16 MT-Bench first turns through SmolLM2's chat template, as token ids."""
-    from transformers import AutoTokenizer
-
-    from sagespec.common.datasets import load_prompts
-    tok = AutoTokenizer.from_pretrained(smollm2_folder)
-    out = []
-    for p in load_prompts("mt-bench", limit=16):
-        ids = tok.apply_chat_template([{"role": "user", "content": p.text}], add_generation_prompt=True,
-                                      tokenize=True, return_dict=False)
-        out.append(list(ids["input_ids"] if isinstance(ids, dict) else ids))
-    return out
+    from mtbench_ids import mtbench_chat_ids
+    return mtbench_chat_ids(smollm2_folder, 16)
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from pathlib import Path
 from sagespec.common.params import ConfigError, check_choice, check_int, reject_unknown
 from sagespec.common.policies import POLICIES, make_policy
 from sagespec.common.verify import is_lossless
-from sagespec.common.verify.acceptance import parse_acceptance
+from sagespec.common.verify.acceptance import parse_server_acceptance
 
 OWNER = "--speculative-algorithm sage"
 CONFIG_FLAG = "--speculative-adaptive-config"
@@ -123,10 +123,7 @@ def parse_server_args(cfg) -> SageOptions:
         if key in policy_options:
             raise ConfigError(f"{OWNER}: policy_options.{key} is set by --speculative-{flag.replace('_', '-')}; "
                               f"remove it from {CONFIG_FLAG}")
-    acceptance, acceptance_options = parse_acceptance(config.get("acceptance", "auto"), OWNER)
-    if acceptance in ("greedy", "sampling"):
-        raise ConfigError(f"{OWNER}: acceptance={acceptance!r}: use 'auto' (greedy or exact sampling per "
-                          f"request, from its temperature) or a lossy rule: typical, kl-judge, judge")
+    acceptance, acceptance_options = parse_server_acceptance(config.get("acceptance", "auto"), OWNER)
     options = SageOptions(drafter=drafter, model=model, num_draft_tokens=tokens, num_steps=steps, eagle_topk=topk,
                           policy=policy, policy_options=policy_options,
                           drafter_options=_dict_option(config, "drafter_options"),

@@ -13,6 +13,7 @@ import logging
 
 from sagespec.common.params import ConfigError
 from sagespec.plugins._hooks import Hook, check_contract
+from sagespec.plugins._hooks import refusal_reason as engine_refusal
 
 from .options import OWNER, parse_server_args
 
@@ -41,9 +42,13 @@ _state = {"done": False, "refused": None}
 def validate_server_args(server_args) -> None:
     """SGLang's validation hook: every bad flag or JSON key fails here, named."""
     try:
-        parse_server_args(server_args)
+        options = parse_server_args(server_args)
     except ConfigError as e:
         raise ValueError(str(e)) from None
+    from .worker import worker_limits
+    refused = worker_limits(options)
+    if refused:
+        raise ValueError(f"{OWNER}: {refused}")
 
 
 def spec_class():
@@ -66,29 +71,20 @@ def spec_class():
             return FutureMap(device, self, req_to_token_pool, needs_cpu_seq_lens, needs_confidence_relay)
 
         def handle_server_args(self, server_args) -> None:
-            # SGLang sizes its verify buffers from these: write back what sage resolved.
+            # SGLang sizes its verify buffers from these: write back what sage resolved. The
+            # worker runs each step synchronously (plan from the last step's outcome).
             options = parse_server_args(server_args)
             server_args.speculative_num_draft_tokens = options.num_draft_tokens
             server_args.speculative_num_steps = options.num_steps
             server_args.speculative_eagle_topk = options.eagle_topk
-
-        def create_worker(self, server_args):
-            raise ValueError(f"{OWNER}: the options are valid, but this sagespec release has no SGLang "
-                             f"worker yet (registration and option checks only); run sage in vLLM or the "
-                             f"sagespec runtime")
+            server_args.disable_overlap_schedule = True
 
     return SageSpecAlgo
 
 
 def refusal_reason() -> str | None:
     import sglang
-    version = getattr(sglang, "__version__", "unknown")
-    if version not in SUPPORTED_SGLANG:
-        return f"SGLang {version} is not a release sagespec is tested against (supported: {list(SUPPORTED_SGLANG)})"
-    differences = check_contract(HOOKS)
-    if differences:
-        return f"SGLang {version} differs from what sagespec relies on: " + "; ".join(differences)
-    return None
+    return engine_refusal("SGLang", getattr(sglang, "__version__", "unknown"), SUPPORTED_SGLANG, HOOKS)
 
 
 def register() -> None:
@@ -103,5 +99,26 @@ def register() -> None:
         return
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
     SpeculativeAlgorithm.register(NAME, supports_overlap=False, validate_server_args=validate_server_args,
-                                  spec_class=spec_class())(lambda server_args: None)
+                                  spec_class=spec_class())(_worker_class)
     logger.info("sagespec: speculative algorithm 'sage' registered with SGLang")
+    _install_cpu_paths()
+
+
+def _worker_class(server_args):
+    from .worker import worker_class
+    return worker_class()[0]
+
+
+def _install_cpu_paths() -> None:
+    """SGLang's CPU engine lacks tree verification and, without sgl_kernel's CPU build, a few ops
+    speculation uses; sage brings torch paths for those (cpu_paths), only on that engine."""
+    from sglang.srt.utils import is_cpu
+    if not is_cpu():
+        return
+    from . import cpu_paths
+    differences = check_contract(cpu_paths.HOOKS)
+    if differences:
+        logger.warning("sagespec: SGLang's CPU engine differs from what sage's CPU paths rely on; sage will "
+                       "not run on it: %s", "; ".join(differences))
+        return
+    cpu_paths.patches().apply()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from sagespec.common.params import ConfigError, check_choice, check_int, reject_unknown
 from sagespec.common.policies import POLICIES, make_policy
 from sagespec.common.verify import is_lossless
-from sagespec.common.verify.acceptance import parse_acceptance
+from sagespec.common.verify.acceptance import parse_server_acceptance
 
 OWNER = "--speculative-config (method 'sage')"
 DRAFTERS = ("ngram", "draft_model", "eagle")
@@ -74,12 +74,7 @@ def parse_sage_config(config: dict) -> tuple[SageOptions, dict]:
     if "budget" in policy_options:
         raise ConfigError(f"{OWNER}: policy_options.budget is not allowed; the node budget is "
                           f"num_speculative_tokens")
-    # A rule name or {"rule": NAME, **options}; 'greedy'/'sampling' would fail requests of the
-    # other kind, so per-request lossless choice is 'auto'.
-    acceptance, acceptance_options = parse_acceptance(config.get("acceptance", "auto"), OWNER)
-    if acceptance in ("greedy", "sampling"):
-        raise ConfigError(f"{OWNER}: acceptance={acceptance!r}: use 'auto' (greedy or exact sampling per "
-                          f"request, from its temperature) or a lossy rule: typical, kl-judge, judge")
+    acceptance, acceptance_options = parse_server_acceptance(config.get("acceptance", "auto"), OWNER)
     options = SageOptions(drafter=drafter, model=model, budget=budget, policy=policy,
                           policy_options=policy_options, drafter_options=_dict_option(config, "drafter_options"),
                           acceptance=acceptance, acceptance_options=acceptance_options)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from sagespec.plugins._hooks import Hook, Patches, check_contract
+from sagespec.plugins._hooks import Hook, Patches
+from sagespec.plugins._hooks import refusal_reason as engine_refusal
 
 from .options import ATTRIBUTE, OWNER, parse_sage_config
 from .step_view import build_step_view, row_entropy
@@ -155,13 +156,7 @@ def patches() -> Patches:
 
 def refusal_reason() -> str | None:
     import vllm
-    version = getattr(vllm, "__version__", "unknown")
-    if version not in SUPPORTED_VLLM:
-        return f"vLLM {version} is not a release sagespec is tested against (supported: {list(SUPPORTED_VLLM)})"
-    differences = check_contract(HOOKS)
-    if differences:
-        return f"vLLM {version} differs from what sagespec relies on: " + "; ".join(differences)
-    return None
+    return engine_refusal("vLLM", getattr(vllm, "__version__", "unknown"), SUPPORTED_VLLM, HOOKS)
 
 
 def _refuse_sage(reason: str):

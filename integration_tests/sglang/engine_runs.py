@@ -1,0 +1,30 @@
+"""Runs SGLang's engine on this CPU machine once per configuration, one after another, and prints
+the outputs as JSON: `python engine_runs.py SPEC_JSON`. SPEC: {"model": folder, "prompts": [[ids]],
+"max_new_tokens": k, "configs": {name: extra Engine kwargs}}. Run it with SGLANG_USE_CPU_ENGINE=1
+and stand_in_site on PYTHONPATH (see test_sage_engine.py)."""
+import json
+import sys
+
+BASE = dict(device="cpu", attention_backend="torch_native", dtype="float32", skip_tokenizer_init=True,
+            disable_cuda_graph=True, disable_overlap_schedule=True, mem_fraction_static=0.2, max_total_tokens=8192,
+            log_level="error")
+META = ("completion_tokens", "spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts")
+
+
+def run(spec: dict) -> dict:
+    import sglang
+    results = {}
+    for name, extra in spec["configs"].items():
+        engine = sglang.Engine(model_path=spec["model"], **BASE, **extra)
+        try:
+            outs = engine.generate(input_ids=spec["prompts"],
+                                   sampling_params={"temperature": 0, "max_new_tokens": spec["max_new_tokens"]})
+        finally:
+            engine.shutdown()
+        results[name] = {"tokens": [o["output_ids"] for o in outs],
+                         "meta": [{k: o["meta_info"].get(k) for k in META} for o in outs]}
+    return results
+
+
+if __name__ == "__main__":  # SGLang spawns its processes
+    print(json.dumps(run(json.loads(sys.argv[1]))))

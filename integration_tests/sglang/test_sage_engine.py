@@ -1,0 +1,61 @@
+"""sage inside SGLang's engine on this CPU machine: greedy output equals SGLang without
+speculation, token for token, with drafts accepted along the way (fp32).
+
+SGLang runs its CPU engine (`SGLANG_USE_CPU_ENGINE=1`, `torch_native` attention) with the test-only
+sgl_kernel stand-in in all its processes; the sage worker, its tree attention for TARGET_VERIFY and
+its torch paths for the sgl_kernel ops speculation would call are the plugin's own
+(`plugins/sglang/worker.py`, `cpu_paths.py`). So everything that runs is SGLang's code or ours."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sglang_lane import last_json
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def engine_runs(spec: dict) -> dict:
+    env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1",
+           "PYTHONPATH": os.pathsep.join([os.path.join(HERE, "stand_in_site"), os.path.join(HERE, "..", "..", "tests")])}
+    out = subprocess.run([sys.executable, os.path.join(HERE, "engine_runs.py"), json.dumps(spec)], capture_output=True,
+                         text=True, timeout=1800, env=env)
+    return last_json(out)
+
+
+def check_identity(results: dict) -> None:
+    plain = results.pop("plain")
+    for name, run in results.items():
+        assert run["tokens"] == plain["tokens"], name
+        assert all(m["spec_verify_ct"] for m in run["meta"]), name          # sage's worker ran
+        assert sum(m["spec_num_correct_drafts"] for m in run["meta"]) > 0, name  # and drafts were accepted
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    from tiny_models import tiny_llama
+    folder = tmp_path_factory.mktemp("tiny-llama-weights")
+    tiny_llama(vocab_size=256).save_pretrained(folder)
+    return str(folder)
+
+
+def test_tiny_model_greedy_identity_with_sage_trees_and_dynamic_trees(tiny_folder):
+    # Repeating prompts give prompt lookup something to propose.
+    prompts = [[5, 6, 7, 8] * 4, [40, 41, 42] * 5 + [40], list(range(60, 72)) * 2, [9, 9, 10, 9, 9, 10, 9]]
+    results = engine_runs({"model": tiny_folder, "prompts": prompts, "max_new_tokens": 32, "configs": {
+        "plain": {},
+        "sage": {"speculative_algorithm": "sage", "speculative_num_draft_tokens": 7},
+        "dynamic 3x2": {"speculative_algorithm": "sage", "speculative_num_draft_tokens": 7,
+                        "speculative_num_steps": 3, "speculative_eagle_topk": 2,
+                        "speculative_adaptive_config": json.dumps({"policy": "dynamic",
+                                                                   "drafter_options": {"min_ngram": 1}})},
+    }})
+    check_identity(results)
+
+
+def test_smollm2_greedy_identity_on_mt_bench(mtbench_8, smollm2_folder):
+    results = engine_runs({"model": smollm2_folder, "prompts": mtbench_8, "max_new_tokens": 64, "configs": {
+        "plain": {}, "sage": {"speculative_algorithm": "sage"}}})
+    check_identity(results)

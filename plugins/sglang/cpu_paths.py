@@ -1,0 +1,110 @@
+"""Torch paths for SGLang's CPU engine where, under sage, it would call an sgl_kernel op or an
+attention path without tree masks. Installed only when SGLang runs its CPU engine
+(`SGLANG_USE_CPU_ENGINE=1`), and each takes over only while the engine's algorithm is sage:
+- the KV pool's copy-kernel warm-up (SGLang runs it whenever speculation is on) is skipped: sage
+  moves accepted KV itself, in torch;
+- `assign_req_to_token_pool_func` (slots for each step's verify window) is a torch range write;
+- `TorchNativeAttnBackend.forward_extend` in TARGET_VERIFY mode attends with each tree's mask:
+  every node sees the request's cached prefix and its own ancestors (sagespec.kernels' torch path).
+"""
+from __future__ import annotations
+
+import torch
+
+from sagespec.kernels.tree_attention import tree_attention_reference
+from sagespec.plugins._hooks import Hook, Patches
+
+POOL = "sglang.srt.mem_cache.memory_pool"
+ALLOCATION = "sglang.srt.mem_cache.allocation"
+SPEC_UTILS = "sglang.srt.speculative.spec_utils"
+TORCH_NATIVE = "sglang.srt.layers.attention.torch_native_backend"
+
+HOOKS = (
+    Hook(f"{POOL}:MHATokenToKVPool._init_kv_copy_and_warmup"),
+    Hook(f"{ALLOCATION}:assign_req_to_token_pool_func",
+         params=("req_pool_indices", "req_to_token", "start_offset", "end_offset", "out_cache_loc", "batch_size")),
+    Hook(f"{SPEC_UTILS}:assign_req_to_token_pool_func"),
+    Hook(f"{TORCH_NATIVE}:TorchNativeAttnBackend.forward_extend",
+         params=("q", "k", "v", "layer", "forward_batch", "save_kv_cache")),
+    Hook(f"{POOL}:KVWriteLoc", kind="class"),
+)
+
+
+def sage_active() -> bool:
+    try:
+        from sglang.srt.runtime_context import get_spec
+        return (get_spec().speculative_algorithm or "").upper() == "SAGE"
+    except Exception:  # no published config in this process: not an engine process
+        return False
+
+
+def assign_req_to_token_pool(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc,
+                             batch_size):
+    """req_to_token[pool[b], start[b]:end[b]] = the next end[b]-start[b] entries of out_cache_loc."""
+    offset = 0
+    for b in range(int(batch_size)):
+        start, end = int(start_offset[b]), int(end_offset[b])
+        req_to_token[int(req_pool_indices[b]), start:end] = out_cache_loc[offset: offset + end - start].to(
+            req_to_token.dtype)
+        offset += end - start
+
+
+def _skip_warmup(original):
+    def init_kv_copy_and_warmup(self):
+        if sage_active():
+            self._kv_copy_config = None
+            return None
+        return original(self)
+    return init_kv_copy_and_warmup
+
+
+def _assign(original):
+    def assign_req_to_token_pool_func(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc,
+                                      batch_size):
+        if sage_active():
+            return assign_req_to_token_pool(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc,
+                                            batch_size)
+        return original(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size)
+    return assign_req_to_token_pool_func
+
+
+def tree_verify_attention(backend, q, k, v, layer, forward_batch):
+    """TARGET_VERIFY rows of a sage batch: write the tree tokens' KV, then attend per request over
+    its prefix plus its tree with the tree mask."""
+    from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+    pool = backend.token_to_kv_pool
+    if k is not None and v is not None:
+        pool.set_kv_buffer(layer, KVWriteLoc(forward_batch.out_cache_loc, backend.swa_out_cache_loc), k, v)
+    mask = forward_batch.spec_info.sage_mask            # [bs, n, n]
+    bs, n = mask.shape[0], mask.shape[1]
+    seq_lens = forward_batch.seq_lens.tolist()          # cached prefix per request (tree excluded)
+    rows = backend.req_to_token_pool.req_to_token
+    pools = forward_batch.req_pool_indices.tolist()
+    kv_locs = torch.cat([rows[pools[b], : seq_lens[b] + n] for b in range(bs)]).long()
+    key = pool.get_key_buffer(layer.layer_id)[kv_locs]
+    value = pool.get_value_buffer(layer.layer_id)[kv_locs]
+    qo_indptr = torch.arange(bs + 1) * n
+    kv_indptr = torch.tensor([0] + [s + n for s in seq_lens]).cumsum(0)
+    blocks = [torch.cat([torch.ones(n, seq_lens[b], dtype=torch.bool), mask[b]], 1).flatten() for b in range(bs)]
+    q_ = q.view(-1, layer.tp_q_head_num, layer.qk_head_dim)
+    out = tree_attention_reference(q_, key.to(q.dtype), value.to(q.dtype), qo_indptr, kv_indptr, torch.cat(blocks),
+                                   sm_scale=layer.scaling)
+    return out.reshape(q.shape[0], layer.tp_q_head_num * layer.v_head_dim)
+
+
+def _attention(original):
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, *args, **kwargs):
+        if forward_batch.forward_mode.is_target_verify() and getattr(forward_batch.spec_info, "sage_mask", None) \
+                is not None:
+            return tree_verify_attention(self, q, k, v, layer, forward_batch)
+        return original(self, q, k, v, layer, forward_batch, save_kv_cache, *args, **kwargs)
+    return forward_extend
+
+
+def patches() -> Patches:
+    p = Patches()
+    p.add(f"{POOL}:MHATokenToKVPool", "_init_kv_copy_and_warmup", _skip_warmup)
+    p.add(ALLOCATION, "assign_req_to_token_pool_func", _assign)
+    p.add(SPEC_UTILS, "assign_req_to_token_pool_func", _assign)
+    p.add(f"{TORCH_NATIVE}:TorchNativeAttnBackend", "forward_extend", _attention)
+    return p

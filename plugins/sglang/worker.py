@@ -1,0 +1,219 @@
+"""`SageWorker`: SGLang's speculative worker for `--speculative-algorithm sage`.
+
+Shaped like SGLang's NGRAM worker (a tree per request, verified in one TARGET_VERIFY forward, no
+draft KV in SGLang's pool), with the tree coming from sagespec: per request a policy plans the
+shape from the last step's acceptance and entropy, a drafter proposes the tree, and the shared
+rules verify it (greedy or exact sampling per request, or the configured lossy rule). Each step:
+  1. plan and draft a tree per request; lay the trees out at SGLang's verify width (padding);
+  2. give SGLang's batch the tree tokens, their slots and RoPE positions (prefix + depth);
+  3. run the target once (tree attention: `cpu_paths`), verify each tree, move the accepted path's
+     KV into the slots right after the prefix, and return the accepted tokens plus the bonus.
+The root of each tree is the last verified token, whose KV this forward computes (as in NGRAM).
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from sagespec.common.drafters import DraftContext, NgramDrafter
+from sagespec.common.policies import DecodeState, StepStats
+from sagespec.common.random_source import TorchRandom
+from sagespec.common.sampling import SamplingParams
+from sagespec.common.tree import DraftTree
+from sagespec.common.verify import rule_needs_hidden, verify
+from sagespec.common.verify.acceptance import check_acceptance
+
+from .options import OWNER, SageOptions
+from .tree_layout import pack_trees
+
+logger = logging.getLogger("sglang.sagespec")
+
+
+def worker_limits(options: SageOptions) -> str | None:
+    """What the SGLang worker cannot run yet, or None."""
+    if options.drafter != "ngram":
+        return f"drafter {options.drafter!r} is not wired into the SGLang worker yet; use drafter 'ngram'"
+    if rule_needs_hidden(options.acceptance):
+        return (f"acceptance {options.acceptance!r} reads the target's hidden states, which the SGLang worker "
+                f"does not collect yet; typical and kl-judge work")
+    return None
+
+
+def _entropy(logits: torch.Tensor) -> float:
+    logp = torch.log_softmax(logits.float(), -1)
+    return float(-(logp.exp() * logp).sum())
+
+
+def request_params(req) -> SamplingParams:
+    sp = req.sampling_params
+    temperature = float(getattr(sp, "temperature", 0.0) or 0.0)
+    if temperature <= 1e-6:
+        return SamplingParams()
+    top_k = int(getattr(sp, "top_k", -1) or -1)
+    return SamplingParams(temperature=temperature, top_k=top_k if top_k > 0 else 0,
+                          top_p=float(getattr(sp, "top_p", 1.0) or 1.0))
+
+
+class RequestState:
+    def __init__(self, options: SageOptions):
+        self.policy = options.make_policy()
+        self.drafter = NgramDrafter(**options.drafter_options)
+        self.drafter.begin()
+        self.steps = 0
+        self.last_shape = None
+        self.last_drafted = 0
+
+
+def worker_class():
+    """The worker class, built against the SGLang installed (imported only in its scheduler)."""
+    from sglang.srt.managers.utils import GenerationBatchResult
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.runtime_context import get_device
+    from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
+    from sglang.srt.speculative.ngram_info import NgramVerifyInput
+
+    from .options import parse_server_args
+
+    class SageVerifyInput(NgramVerifyInput):
+        """NGRAM's verify input plus the tree mask [bs, n, n] our attention path reads."""
+        sage_mask: torch.Tensor | None = None
+
+    class SageWorker(BaseSpecWorker):
+        def __init__(self, server_args, gpu_id, nccl_port, target_worker):
+            super().__init__()
+            self.server_args = server_args
+            self._target_worker = target_worker
+            self._draft_worker = None
+            self.model_runner = target_worker.model_runner
+            self.device = get_device().device
+            self.options = parse_server_args(server_args)
+            refused = worker_limits(self.options)
+            if refused:
+                raise ValueError(f"{OWNER}: {refused}")
+            from sglang.srt.utils import is_cpu
+            if not is_cpu():
+                # Tree masks reach only the CPU engine's attention (cpu_paths); elsewhere SGLang's
+                # backends would read the verify mask in another layout.
+                raise ValueError(f"{OWNER}: the SGLang worker runs on SGLang's CPU engine only for now "
+                                 f"(SGLANG_USE_CPU_ENGINE=1)")
+            config = self.model_runner.model_config.hf_config
+            check_acceptance(self.options.acceptance, self.options.acceptance_options, config.vocab_size,
+                             config.hidden_size)
+            if not self.options.lossless:
+                logger.warning("sagespec: acceptance %r %s is lossy: outputs may differ from the target model's",
+                               self.options.acceptance, self.options.acceptance_options)
+            self.n = self.options.num_draft_tokens
+            self.requests: dict[str, RequestState] = {}
+            self.rng = TorchRandom(0)
+
+        @property
+        def draft_worker(self):
+            return None
+
+        def clear_cache_pool(self):
+            self.requests.clear()
+
+        # ---- one step ------------------------------------------------------------------
+        def _trees(self, batch) -> list[DraftTree]:
+            live = {r.rid for r in batch.reqs}
+            for gone in set(self.requests) - live:
+                del self.requests[gone]
+            trees = []
+            for req in batch.reqs:
+                state = self.requests.get(req.rid)
+                if state is None:
+                    state = self.requests[req.rid] = RequestState(self.options)
+                tokens = torch.tensor(list(req.origin_input_ids_unpadded) + list(req.output_ids), dtype=torch.long)
+                shape = state.policy.plan(DecodeState(step=state.steps, context_len=len(tokens)))
+                tree = state.drafter.propose(DraftContext(tokens), shape, request_params(req), self.rng)
+                state.last_shape, state.last_drafted, state.steps = shape, tree.num_drafted, state.steps + 1
+                trees.append(tree)
+            return trees
+
+        def _prepare_verify(self, batch, trees):
+            bs, n = len(trees), self.n
+            layout = pack_trees(trees, n)
+            seq_lens = batch.seq_lens.to(torch.long)
+            depths = torch.zeros(bs, n, dtype=torch.long)
+            for b, tree in enumerate(trees):
+                depths[b, : tree.num_nodes] = tree.depths
+            positions = (seq_lens[:, None] + depths.to(seq_lens.device)).flatten()
+            req_to_token = batch.req_to_token_pool.req_to_token
+            cols = seq_lens[:, None] + torch.arange(n, device=seq_lens.device)
+            out_cache_loc = req_to_token[batch.req_pool_indices.long()[:, None], cols].flatten().to(torch.int64)
+            batch.forward_mode = ForwardMode.TARGET_VERIFY
+            batch.input_ids = layout.tokens.flatten().to(self.device)
+            batch.out_cache_loc = out_cache_loc
+            spec = SageVerifyInput(draft_token=batch.input_ids, custom_mask=layout.mask.flatten(), positions=positions,
+                                   draft_token_num=n)
+            spec.sage_mask = layout.mask
+            batch.spec_info = spec
+            return layout
+
+        def _move_accepted_kv(self, out_cache_loc: torch.Tensor, accepted: list[tuple[int, ...]]):
+            """The accepted path's KV goes to the slots right after the prefix (slot j of each
+            request's verify window), in every layer."""
+            n, src, tgt = self.n, [], []
+            for b, nodes in enumerate(accepted):
+                for j, node in enumerate(nodes):
+                    if node != j:
+                        src.append(b * n + node)
+                        tgt.append(b * n + j)
+            if not src:
+                return
+            src_loc, tgt_loc = out_cache_loc[torch.tensor(src)], out_cache_loc[torch.tensor(tgt)]
+            pool = self.model_runner.token_to_kv_pool
+            for layer in range(pool.layer_num):
+                for buffer in (pool.get_key_buffer(layer), pool.get_value_buffer(layer)):
+                    buffer[tgt_loc] = buffer[src_loc]
+
+        def forward_batch_generation(self, batch, on_publish=None, pp_proxy_tensors=None):
+            bs, n = len(batch.reqs), self.n
+            if not batch.forward_mode.is_decode():
+                result = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors)
+                accept_tokens = torch.zeros(bs, n, dtype=torch.int32, device=self.device)
+                accept_tokens[:, 0] = result.next_token_ids
+                accept_lens = torch.ones(bs, dtype=torch.int32, device=self.device)
+                new_seq_lens = batch.seq_lens.clone()
+                if on_publish is not None:
+                    on_publish(new_seq_lens)
+                return self._result(result.logits_output, result.next_token_ids, accept_tokens.flatten(),
+                                    accept_lens, new_seq_lens)
+            trees = self._trees(batch)
+            layout = self._prepare_verify(batch, trees)
+            out_cache_loc = batch.out_cache_loc
+            result = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors,
+                                                                 is_verify=True)
+            logits = result.logits_output.next_token_logits.view(bs, n, -1)
+            accepted, emitted = [], torch.zeros(bs, n, dtype=torch.int32)
+            for b, (req, tree) in enumerate(zip(batch.reqs, trees)):
+                k = tree.num_nodes
+                rows = logits[b, :k].float()
+                outcome = verify(tree, rows, request_params(req), self.options.acceptance, self.rng,
+                                 **self.options.acceptance_options)
+                tokens = outcome.emitted(tree)
+                emitted[b, : len(tokens)] = torch.tensor(tokens, dtype=torch.int32)
+                accepted.append(outcome.nodes)
+                state = self.requests[req.rid]
+                state.policy.observe(StepStats(shape=state.last_shape, num_nodes=state.last_drafted,
+                                               accepted=outcome.num_drafted_accepted,
+                                               target_entropy=_entropy(rows[outcome.nodes[-1]])))
+            self._move_accepted_kv(out_cache_loc, accepted)
+            accept_lens = torch.tensor([len(nodes) for nodes in accepted], dtype=torch.int32, device=self.device)
+            new_seq_lens = batch.seq_lens + accept_lens
+            batch.forward_mode = ForwardMode.DECODE
+            if on_publish is not None:
+                on_publish(new_seq_lens)
+            flat = emitted.flatten().to(self.device)
+            return self._result(result.logits_output, flat, flat, accept_lens, new_seq_lens)
+
+        def _result(self, logits_output, next_token_ids, accept_tokens, accept_lens, new_seq_lens):
+            next_draft_input = SageVerifyInput(draft_token_num=self.n, new_seq_lens=new_seq_lens,
+                                               accept_tokens=accept_tokens, accept_lens=accept_lens)
+            return GenerationBatchResult(logits_output=logits_output, next_token_ids=next_token_ids,
+                                         can_run_cuda_graph=False, accept_lens=accept_lens,
+                                         new_seq_lens=new_seq_lens, next_draft_input=next_draft_input,
+                                         speculative_num_draft_tokens=self.n)
+
+    return SageWorker, SageVerifyInput
