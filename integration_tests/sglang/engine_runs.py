@@ -1,9 +1,12 @@
 """Runs SGLang's engine on this CPU machine once per configuration, one after another, and prints
 the outputs as JSON: `python engine_runs.py SPEC_JSON`. SPEC: {"model": folder, "prompts": [[ids]],
-"max_new_tokens": k, "configs": {name: extra Engine kwargs}}. Run it with SGLANG_USE_CPU_ENGINE=1
-and stand_in_site on PYTHONPATH (see test_sage_engine.py)."""
+"max_new_tokens": k, "configs": {name: extra Engine kwargs}, "one_at_a_time": bool}. With
+one_at_a_time each prompt is generated alone and timed (wall seconds per prompt). Run it with
+SGLANG_USE_CPU_ENGINE=1 and stand_in_site on PYTHONPATH (see test_sage_engine.py); the SGLang
+benchmark (benchmarks/sglang_speed.py) runs it too."""
 import json
 import sys
+import time
 
 BASE = dict(device="cpu", attention_backend="torch_native", dtype="float32", skip_tokenizer_init=True,
             disable_cuda_graph=True, disable_overlap_schedule=True, mem_fraction_static=0.2, max_total_tokens=8192,
@@ -13,15 +16,23 @@ META = ("completion_tokens", "spec_verify_ct", "spec_num_correct_drafts", "spec_
 
 def run(spec: dict) -> dict:
     import sglang
+    params = {"temperature": 0, "max_new_tokens": spec["max_new_tokens"]}
     results = {}
     for name, extra in spec["configs"].items():
         engine = sglang.Engine(model_path=spec["model"], **BASE, **extra)
         try:
-            outs = engine.generate(input_ids=spec["prompts"],
-                                   sampling_params={"temperature": 0, "max_new_tokens": spec["max_new_tokens"]})
+            if spec.get("one_at_a_time"):
+                engine.generate(input_ids=[spec["prompts"][0]], sampling_params={**params, "max_new_tokens": 4})
+                outs, seconds = [], []
+                for prompt in spec["prompts"]:
+                    start = time.perf_counter()
+                    outs += engine.generate(input_ids=[prompt], sampling_params=params)
+                    seconds.append(time.perf_counter() - start)
+            else:
+                outs, seconds = engine.generate(input_ids=spec["prompts"], sampling_params=params), None
         finally:
             engine.shutdown()
-        results[name] = {"tokens": [o["output_ids"] for o in outs],
+        results[name] = {"tokens": [o["output_ids"] for o in outs], "seconds": seconds,
                          "meta": [{k: o["meta_info"].get(k) for k in META} for o in outs]}
     return results
 
