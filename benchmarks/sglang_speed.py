@@ -36,12 +36,10 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--out", default="benchmarks/results/sglang_speed.json")
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT / "tests"))
-    from mtbench_ids import mtbench_chat_ids
-
+    from sagespec.plugins.transformers.chat_prompts import chat_prompt_ids
     from sagespec.plugins.transformers.model_loading import smollm2_folder
     folder = str(smollm2_folder())
-    spec = {"model": folder, "prompts": mtbench_chat_ids(folder, args.num_prompts), "max_new_tokens": args.max_tokens,
+    spec = {"model": folder, "prompts": chat_prompt_ids(folder, args.num_prompts), "max_new_tokens": args.max_tokens,
             "configs": CONFIGS, "one_at_a_time": True}
     env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
            "PYTHONPATH": str(LANE / "stand_in_site")}

@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from sagespec.plugins.transformers.chat_prompts import chat_prompt_ids
 from sagespec.plugins.vllm.metrics import spec_decode_counters
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -39,19 +40,6 @@ CONFIGS = {
     "sage-eagle": {"method": "sage", "drafter": "eagle", "policy": "sage", "num_speculative_tokens": 8},
     "sage-eagle-chain": {"method": "sage", "drafter": "eagle", "policy": "chain", "num_speculative_tokens": 4},
 }
-
-
-def prompts(model: Path, n: int) -> list[list[int]]:
-    from transformers import AutoTokenizer
-
-    from sagespec.common.datasets import load_prompts
-    tok = AutoTokenizer.from_pretrained(model)
-    out = []
-    for p in load_prompts("mt-bench", limit=n):
-        ids = tok.apply_chat_template([{"role": "user", "content": p.text}], add_generation_prompt=True,
-                                      tokenize=True, return_dict=False)
-        out.append(list(ids["input_ids"] if isinstance(ids, dict) else ids))
-    return out
 
 
 def export_eagle3(model: Path, out_dir: Path) -> Path:
@@ -136,7 +124,7 @@ def main() -> None:
         spec = CONFIGS[args.one]
         if spec and spec.get("model") == EAGLE3_DIR:
             spec = {**spec, "model": args.eagle3_dir}
-        result = run(model, spec, prompts(model, args.num_prompts), args.max_tokens, batches[0], args.dtype)
+        result = run(model, spec, chat_prompt_ids(model, args.num_prompts), args.max_tokens, batches[0], args.dtype)
         Path(args.out).write_text(json.dumps(result))
         return
     rows = []

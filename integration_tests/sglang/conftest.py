@@ -43,5 +43,5 @@ def smollm2_folder():
 @pytest.fixture(scope="session")
 def mtbench_8(smollm2_folder):
     """The first 8 MT-Bench first turns through SmolLM2's chat template, as token ids."""
-    from mtbench_ids import mtbench_chat_ids
-    return mtbench_chat_ids(smollm2_folder, 8)
+    from sagespec.plugins.transformers.chat_prompts import chat_prompt_ids
+    return chat_prompt_ids(smollm2_folder, 8)

@@ -26,8 +26,8 @@ def smollm2_folder():
 @pytest.fixture(scope="session")
 def mtbench_prompts(smollm2_folder):
     """The first 16 MT-Bench first turns through SmolLM2's chat template, as token ids."""
-    from mtbench_ids import mtbench_chat_ids
-    return mtbench_chat_ids(smollm2_folder, 16)
+    from sagespec.plugins.transformers.chat_prompts import chat_prompt_ids
+    return chat_prompt_ids(smollm2_folder, 16)
 
 
 @pytest.fixture(scope="session")

@@ -1,14 +1,15 @@
-"""MT-Bench first turns through a model's chat template, as token ids (shared by the engine lanes)."""
+"""Prompt sets through a model's chat template, as token ids (for engine lanes and benchmarks)."""
 from __future__ import annotations
 
 
-def mtbench_chat_ids(model_folder, limit: int) -> list[list[int]]:
+def chat_prompt_ids(model_folder, limit: int, dataset: str = "mt-bench") -> list[list[int]]:
+    """The first `limit` prompts of `dataset` as single user turns, generation prompt appended."""
     from transformers import AutoTokenizer
 
     from sagespec.common.datasets import load_prompts
     tok = AutoTokenizer.from_pretrained(model_folder)
     out = []
-    for p in load_prompts("mt-bench", limit=limit):
+    for p in load_prompts(dataset, limit=limit):
         ids = tok.apply_chat_template([{"role": "user", "content": p.text}], add_generation_prompt=True,
                                       tokenize=True, return_dict=False)
         out.append(list(ids["input_ids"] if isinstance(ids, dict) else ids))
