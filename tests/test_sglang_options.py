@@ -88,3 +88,16 @@ def test_slot_assignment_writes_each_requests_range_in_order():
     assert req_to_token[2].tolist() == [0, 0, 0, 100, 101, 102, 0, 0, 0, 0]
     assert req_to_token[0].tolist() == [103, 104, 105, 106, 0, 0, 0, 0, 0, 0]
     assert not req_to_token[[1, 3]].any()
+
+
+def test_batches_with_options_only_sglangs_sampler_applies_are_refused():
+    from sagespec.plugins.sglang.worker import unsupported_batch_options
+    plain = SimpleNamespace(penalizer_orchestrator=SimpleNamespace(is_required=False), logit_bias=None,
+                            need_min_p_sampling=False, has_custom_logit_processor=False)
+    assert unsupported_batch_options(SimpleNamespace(sampling_info=plain, has_grammar=False,
+                                                     return_logprob=False)) is None
+    penalised = SimpleNamespace(**{**vars(plain), "penalizer_orchestrator": SimpleNamespace(is_required=True),
+                                   "logit_bias": object()})
+    message = unsupported_batch_options(SimpleNamespace(sampling_info=penalised, has_grammar=True,
+                                                        return_logprob=False))
+    assert "penalties" in message and "logit_bias" in message and "grammars" in message

@@ -40,6 +40,22 @@ def worker_limits(options: SageOptions) -> str | None:
     return None
 
 
+def unsupported_batch_options(batch) -> str | None:
+    """Request options SGLang applies in its own sampler, which the sage worker's verification does
+    not reproduce yet; a batch using any of them is refused rather than decoded differently."""
+    info = batch.sampling_info
+    orchestrator = getattr(info, "penalizer_orchestrator", None)
+    found = [name for name, used in (
+        ("frequency/presence/repetition penalties", bool(getattr(orchestrator, "is_required", False))),
+        ("logit_bias", getattr(info, "logit_bias", None) is not None),
+        ("min_p", bool(getattr(info, "need_min_p_sampling", False))),
+        ("custom logit processors", bool(getattr(info, "has_custom_logit_processor", False))),
+        ("grammars / structured output", bool(getattr(batch, "has_grammar", False))),
+        ("logprobs", bool(getattr(batch, "return_logprob", False))),
+    ) if used]
+    return f"requests with {', '.join(found)} are not supported by the sage worker yet" if found else None
+
+
 def _entropy(logits: torch.Tensor) -> float:
     logp = torch.log_softmax(logits.float(), -1)
     return float(-(logp.exp() * logp).sum())
@@ -180,6 +196,9 @@ def worker_class():
                     on_publish(new_seq_lens)
                 return self._result(result.logits_output, result.next_token_ids, accept_tokens.flatten(),
                                     accept_lens, new_seq_lens)
+            refused = unsupported_batch_options(batch)
+            if refused:
+                raise ValueError(f"{OWNER}: {refused}")
             trees = self._trees(batch)
             layout = self._prepare_verify(batch, trees)
             out_cache_loc = batch.out_cache_loc
