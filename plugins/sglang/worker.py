@@ -19,7 +19,7 @@ import torch
 from sagespec.common.drafters import DraftContext, NgramDrafter
 from sagespec.common.policies import DecodeState, StepStats
 from sagespec.common.random_source import TorchRandom
-from sagespec.common.sampling import SamplingParams
+from sagespec.common.sampling import SamplingParams, entropy
 from sagespec.common.tree import DraftTree
 from sagespec.common.verify import rule_needs_hidden, verify
 from sagespec.common.verify.acceptance import check_acceptance
@@ -54,11 +54,6 @@ def unsupported_batch_options(batch) -> str | None:
         ("logprobs", bool(getattr(batch, "return_logprob", False))),
     ) if used]
     return f"requests with {', '.join(found)} are not supported by the sage worker yet" if found else None
-
-
-def _entropy(logits: torch.Tensor) -> float:
-    logp = torch.log_softmax(logits.float(), -1)
-    return float(-(logp.exp() * logp).sum())
 
 
 def request_params(req) -> SamplingParams:
@@ -100,7 +95,7 @@ def worker_class():
             super().__init__()
             self.server_args = server_args
             self._target_worker = target_worker
-            self._draft_worker = None
+            self._draft_worker = None   # no draft model in SGLang's pool (BaseSpecWorker.draft_worker)
             self.model_runner = target_worker.model_runner
             self.device = get_device().device
             self.options = parse_server_args(server_args)
@@ -122,10 +117,6 @@ def worker_class():
             self.n = self.options.num_draft_tokens
             self.requests: dict[str, RequestState] = {}
             self.rng = TorchRandom(0)
-
-        @property
-        def draft_worker(self):
-            return None
 
         def clear_cache_pool(self):
             self.requests.clear()
@@ -165,7 +156,6 @@ def worker_class():
                                    draft_token_num=n)
             spec.sage_mask = layout.mask
             batch.spec_info = spec
-            return layout
 
         def _move_accepted_kv(self, out_cache_loc: torch.Tensor, accepted: list[tuple[int, ...]]):
             """The accepted path's KV goes to the slots right after the prefix (slot j of each
@@ -200,7 +190,7 @@ def worker_class():
             if refused:
                 raise ValueError(f"{OWNER}: {refused}")
             trees = self._trees(batch)
-            layout = self._prepare_verify(batch, trees)
+            self._prepare_verify(batch, trees)
             out_cache_loc = batch.out_cache_loc
             result = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors,
                                                                  is_verify=True)
@@ -217,7 +207,7 @@ def worker_class():
                 state = self.requests[req.rid]
                 state.policy.observe(StepStats(shape=state.last_shape, num_nodes=state.last_drafted,
                                                accepted=outcome.num_drafted_accepted,
-                                               target_entropy=_entropy(rows[outcome.nodes[-1]])))
+                                               target_entropy=float(entropy(rows[outcome.nodes[-1]]))))
             self._move_accepted_kv(out_cache_loc, accepted)
             accept_lens = torch.tensor([len(nodes) for nodes in accepted], dtype=torch.int32, device=self.device)
             new_seq_lens = batch.seq_lens + accept_lens
