@@ -17,6 +17,7 @@ from sagespec.common.verify import JudgeFile, verify
 from sagespec.common.verify.acceptance import check_acceptance, parse_acceptance
 from sagespec.plugins._hf_tree_lm import HFTreeLM
 from sagespec.plugins.transformers.runtime import SpeculativeGenerator
+from judge_files import random_judge
 from tiny_models import tiny_llama
 
 PROMPT = [1, 5, 7, 9, 5, 7, 9, 5, 7, 11, 3]
@@ -26,17 +27,6 @@ HIDDEN = 64
 @pytest.fixture(scope="module")
 def target():
     return tiny_llama(seed=0)
-
-
-def random_judge(path, hidden=HIDDEN, seed=0, **fields):
-    g = torch.Generator().manual_seed(seed)
-    judge = dict(format="sagespec-judge/1", hidden_size=hidden, feature="target_last_hidden_at_draft_token",
-                 mean=torch.randn(hidden, generator=g).tolist(), scale=(torch.rand(hidden, generator=g) + 0.5).tolist(),
-                 weights=torch.randn(hidden, generator=g).tolist(), bias=0.0, thresholds={"q50": 0.5},
-                 provenance={"note": "random, for tests"})
-    judge.update(fields)
-    path.write_text(json.dumps(judge))
-    return str(path)
 
 
 def eagle(target, seed=1):
@@ -54,7 +44,7 @@ def run(target, drafter, rule, options, sampling, policy="sage", n=32):
 
 def nothing_extra(tmp_path):
     return [("typical", {"eps": 0.0}), ("kl-judge", {"threshold": 0.0}),
-            ("judge", {"path": random_judge(tmp_path / "j.json"), "threshold": 0.0})]
+            ("judge", {"path": random_judge(tmp_path / "j.json", HIDDEN), "threshold": 0.0})]
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.5])  # T=0.5 keeps text repetitive enough for lookup
@@ -77,7 +67,7 @@ def test_loosened_rules_accept_more(target, tmp_path, temperature):
     sampling = SamplingParams(temperature=temperature)
     lossless = run(target, eagle(target), "auto", {}, sampling, policy="chain")
     loose = [("kl-judge", {"threshold": 1e9}), ("typical", {"eps": 1.0, "delta": 1e-30}),
-             ("judge", {"path": random_judge(tmp_path / "j.json", bias=-1e4), "threshold": 1.0})]
+             ("judge", {"path": random_judge(tmp_path / "j.json", HIDDEN, bias=-1e4), "threshold": 1.0})]
     depth = make_policy("chain").plan(None).depth
     for rule, options in loose:
         res = run(target, eagle(target), rule, options, sampling, policy="chain")
@@ -124,20 +114,20 @@ def test_kl_judge_reads_draft_distributions():
 
 def test_judge_files_are_validated(target, tmp_path):
     with pytest.raises(ConfigError, match="hidden_size=32.*hidden_size is 64"):
-        check_acceptance("judge", {"path": random_judge(tmp_path / "a.json", hidden=32), "threshold": 0.1},
+        check_acceptance("judge", {"path": random_judge(tmp_path / "a.json", 32), "threshold": 0.1},
                          96, HIDDEN)
-    bad = random_judge(tmp_path / "b.json")
+    bad = random_judge(tmp_path / "b.json", HIDDEN)
     raw = json.loads(open(bad).read())
     raw["weights"][3] = math.nan
     (tmp_path / "b.json").write_text(json.dumps(raw))
     with pytest.raises(ConfigError, match=r"weights\[3\]=nan is not finite"):
         check_acceptance("judge", {"path": bad, "threshold": 0.1}, 96, HIDDEN)
-    raw = json.loads(open(random_judge(tmp_path / "c.json")).read())
+    raw = json.loads(open(random_judge(tmp_path / "c.json", HIDDEN)).read())
     del raw["bias"]
     (tmp_path / "c.json").write_text(json.dumps(raw))
     with pytest.raises(ConfigError, match=r"missing fields \['bias'\]"):
         check_acceptance("judge", {"path": str(tmp_path / "c.json"), "threshold": 0.1}, 96, HIDDEN)
-    good = random_judge(tmp_path / "d.json")
+    good = random_judge(tmp_path / "d.json", HIDDEN)
     with pytest.raises(ConfigError, match="operating points"):
         check_acceptance("judge", {"path": good, "threshold": "q99"}, 96, HIDDEN)
     check_acceptance("judge", {"path": good, "threshold": "q50"}, 96, HIDDEN)

@@ -71,6 +71,10 @@ def test_a_draft_model_path_means_the_draft_model_drafter():
     ({"speculative_draft_model_path": "/m", "speculative_adaptive_config": '{"drafter": "ngram"}'},
      "takes no --speculative-draft-model-path"),
     ({"speculative_num_steps": 1}, "max_depth comes from --speculative-num-steps"),  # sage's min_depth is 2
+    ({"speculative_adaptive_config": '{"drafter_options": {"max_ngram": 0}}'}, "drafter_options: "),
+    ({"speculative_adaptive_config": '{"drafter_options": {"window": 3}}'}, "unknown option(s) ['window']"),
+    ({"speculative_draft_model_path": "/m", "speculative_adaptive_config": '{"drafter_options": {"min_ngram": 1}}'},
+     "drafter 'draft_model' takes no drafter_options"),
 ])
 def test_bad_values_fail_naming_the_flag_or_key(kw, message):
     with pytest.raises(ConfigError) as err:

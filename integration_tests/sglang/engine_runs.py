@@ -11,7 +11,8 @@ import time
 BASE = dict(device="cpu", attention_backend="torch_native", dtype="float32", skip_tokenizer_init=True,
             disable_cuda_graph=True, disable_overlap_schedule=True, mem_fraction_static=0.2, max_total_tokens=8192,
             log_level="error")
-META = ("completion_tokens", "spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts")
+META = ("completion_tokens", "spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts",
+        "sagespec_lossy_acceptance")
 
 
 def run(spec: dict) -> dict:

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from judge_files import random_judge
 from sglang_lane import last_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,11 +34,24 @@ def check_identity(results: dict) -> None:
         assert sum(m["spec_num_correct_drafts"] for m in run["meta"]) > 0, name  # and drafts were accepted
 
 
+def lossy_marks(run: dict) -> list:
+    return [m["sagespec_lossy_acceptance"] for m in run["meta"]]
+
+
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
     from tiny_models import tiny_llama
     folder = tmp_path_factory.mktemp("tiny-llama-weights")
     tiny_llama(vocab_size=256).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def tiny_draft_folder(tmp_path_factory):
+    """The tiny target's first layer alone (same seed): a draft that agrees with it only sometimes."""
+    from tiny_models import tiny_llama
+    folder = tmp_path_factory.mktemp("tiny-llama-draft")
+    tiny_llama(vocab_size=256, layers=1).save_pretrained(folder)
     return str(folder)
 
 
@@ -52,6 +66,29 @@ def test_tiny_model_greedy_identity_with_sage_trees_and_dynamic_trees(tiny_folde
                         "speculative_adaptive_config": json.dumps({"policy": "dynamic",
                                                                    "drafter_options": {"min_ngram": 1}})},
     }})
+    check_identity(results)
+
+
+def test_tiny_model_draft_model_and_judge(tiny_folder, tiny_draft_folder, tmp_path):
+    """A draft model keeps greedy identity; a judge that accepts nothing extra (threshold 0) too,
+    with every token after the first marked as emitted under the lossy rule; a judge that accepts
+    every draft changes the output, so the judge really reads the verify forward's hidden rows."""
+    prompts = [[5, 6, 7, 8] * 4, [40, 41, 42] * 5 + [40], list(range(60, 72)) * 2]
+    nothing = random_judge(tmp_path / "nothing.json", 64)
+    everything = random_judge(tmp_path / "everything.json", 64, mean=[0.0] * 64, scale=[1.0] * 64, bias=-1e4)
+    sage = {"speculative_algorithm": "sage", "speculative_num_draft_tokens": 5}
+
+    def judge(path, threshold):
+        return {**sage, "speculative_adaptive_config": json.dumps(
+            {"acceptance": {"rule": "judge", "path": path, "threshold": threshold}})}
+    results = engine_runs({"model": tiny_folder, "prompts": prompts, "max_new_tokens": 32, "configs": {
+        "plain": {}, "draft model": {**sage, "speculative_draft_model_path": tiny_draft_folder},
+        "judge, nothing extra": judge(nothing, 0.0), "judge, everything": judge(everything, 1.0)}})
+    accept_all = results.pop("judge, everything")
+    assert accept_all["tokens"] != results["plain"]["tokens"]
+    assert lossy_marks(results["draft model"]) == [None] * len(prompts)   # lossless outputs carry no mark
+    for marks, meta in zip(lossy_marks(results["judge, nothing extra"]), results["judge, nothing extra"]["meta"]):
+        assert marks == [None] + ["judge"] * (meta["completion_tokens"] - 1)
     check_identity(results)
 
 

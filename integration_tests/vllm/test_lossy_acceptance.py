@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 
+from judge_files import random_judge
 from vllm_lane import counters_during, engine, greedy_tokens
 
 MAX_TOKENS = 64
@@ -13,12 +14,8 @@ HIDDEN = 576  # SmolLM2-135M
 
 
 def judge_file(path, hidden=HIDDEN, bias=0.0):
-    g = torch.Generator().manual_seed(0)
-    path.write_text(json.dumps({
-        "format": "sagespec-judge/1", "hidden_size": hidden, "feature": "target_last_hidden_at_draft_token",
-        "mean": [0.0] * hidden, "scale": [1.0] * hidden, "weights": torch.randn(hidden, generator=g).tolist(),
-        "bias": bias, "thresholds": {}, "provenance": {"note": "random, for tests"}}))
-    return str(path)
+    """Centred and unscaled: p(important) = sigmoid(w . h + bias)."""
+    return random_judge(path, hidden, mean=[0.0] * hidden, scale=[1.0] * hidden, bias=bias)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sagespec.common.drafters import NgramDrafter
 from sagespec.common.params import ConfigError, check_choice, check_int, reject_unknown
 from sagespec.common.policies import POLICIES, make_policy
 from sagespec.common.verify import is_lossless
@@ -99,6 +100,17 @@ def _flag(value, name: str, default: int, lo: int, hi: int) -> int:
     return default if value is None else check_int(OWNER, f"--speculative-{name.replace('_', '-')}", value, lo, hi)
 
 
+def check_drafter_options(drafter: str, drafter_options: dict) -> None:
+    if drafter != "ngram":
+        if drafter_options:
+            raise ConfigError(f"{OWNER}: drafter {drafter!r} takes no drafter_options (got {sorted(drafter_options)})")
+        return
+    try:
+        NgramDrafter(**drafter_options)
+    except ConfigError as e:
+        raise ConfigError(f"{OWNER}: {CONFIG_FLAG} drafter_options: {e}") from None
+
+
 def parse_server_args(cfg) -> SageOptions:
     """Our options from SGLang's server arguments (any object with its speculative_* fields).
     Raises ConfigError naming the flag or JSON key at fault."""
@@ -123,10 +135,12 @@ def parse_server_args(cfg) -> SageOptions:
         if key in policy_options:
             raise ConfigError(f"{OWNER}: policy_options.{key} is set by --speculative-{flag.replace('_', '-')}; "
                               f"remove it from {CONFIG_FLAG}")
+    drafter_options = _dict_option(config, "drafter_options")
+    check_drafter_options(drafter, drafter_options)
     acceptance, acceptance_options = parse_server_acceptance(config.get("acceptance", "auto"), OWNER)
     options = SageOptions(drafter=drafter, model=model, num_draft_tokens=tokens, num_steps=steps, eagle_topk=topk,
                           policy=policy, policy_options=policy_options,
-                          drafter_options=_dict_option(config, "drafter_options"),
+                          drafter_options=drafter_options,
                           acceptance=acceptance, acceptance_options=acceptance_options)
     try:
         options.make_policy()  # a bad policy option fails now, named

@@ -16,7 +16,7 @@ import logging
 
 import torch
 
-from sagespec.common.drafters import DraftContext, NgramDrafter
+from sagespec.common.drafters import DraftContext, DraftModelDrafter, NgramDrafter
 from sagespec.common.policies import DecodeState, StepStats
 from sagespec.common.random_source import TorchRandom
 from sagespec.common.sampling import SamplingParams, entropy
@@ -24,19 +24,20 @@ from sagespec.common.tree import DraftTree
 from sagespec.common.verify import rule_needs_hidden, verify
 from sagespec.common.verify.acceptance import check_acceptance
 
+from sagespec.plugins._draft_loading import load_draft_model
+from sagespec.plugins._hf_tree_lm import HFTreeLM
+
 from .options import OWNER, SageOptions
 from .tree_layout import pack_trees
 
 logger = logging.getLogger("sglang.sagespec")
+LOSSY_META_KEY = "sagespec_lossy_acceptance"
 
 
 def worker_limits(options: SageOptions) -> str | None:
     """What the SGLang worker cannot run yet, or None."""
-    if options.drafter != "ngram":
-        return f"drafter {options.drafter!r} is not wired into the SGLang worker yet; use drafter 'ngram'"
-    if rule_needs_hidden(options.acceptance):
-        return (f"acceptance {options.acceptance!r} reads the target's hidden states, which the SGLang worker "
-                f"does not collect yet; typical and kl-judge work")
+    if options.drafter == "eagle":
+        return "drafter 'eagle' is not wired into the SGLang worker yet; use drafter 'ngram' or 'draft_model'"
     return None
 
 
@@ -56,6 +57,18 @@ def unsupported_batch_options(batch) -> str | None:
     return f"requests with {', '.join(found)} are not supported by the sage worker yet" if found else None
 
 
+def mark_lossy_tokens(req, count: int, rule: str) -> None:
+    """Says in the request's output metadata which tokens a lossy rule's verify emitted:
+    meta_info[LOSSY_META_KEY] holds one entry per output token, the rule's name for tokens from a
+    lossy verify step and None for the others (the first token, from prefill). SGLang slices this
+    list with the output tokens (its `customized_info` channel, token-aligned)."""
+    info = req.customized_info if req.customized_info is not None else {}
+    values = info.setdefault(LOSSY_META_KEY, [])
+    values.extend([None] * (len(req.output_ids) - len(values)))
+    values.extend([rule] * count)
+    req.customized_info = info
+
+
 def request_params(req) -> SamplingParams:
     sp = req.sampling_params
     temperature = float(getattr(sp, "temperature", 0.0) or 0.0)
@@ -67,9 +80,11 @@ def request_params(req) -> SamplingParams:
 
 
 class RequestState:
-    def __init__(self, options: SageOptions):
+    def __init__(self, options: SageOptions, draft_lm=None):
         self.policy = options.make_policy()
-        self.drafter = NgramDrafter(**options.drafter_options)
+        # A draft model's weights are shared; each request keeps its own cache.
+        self.drafter = (DraftModelDrafter(HFTreeLM(draft_lm)) if draft_lm is not None
+                        else NgramDrafter(**options.drafter_options))
         self.drafter.begin()
         self.steps = 0
         self.last_shape = None
@@ -79,7 +94,7 @@ class RequestState:
 def worker_class():
     """The worker class, built against the SGLang installed (imported only in its scheduler)."""
     from sglang.srt.managers.utils import GenerationBatchResult
-    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
     from sglang.srt.runtime_context import get_device
     from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
     from sglang.srt.speculative.ngram_info import NgramVerifyInput
@@ -114,6 +129,13 @@ def worker_class():
             if not self.options.lossless:
                 logger.warning("sagespec: acceptance %r %s is lossy: outputs may differ from the target model's",
                                self.options.acceptance, self.options.acceptance_options)
+            self.draft_lm = None
+            if self.options.drafter == "draft_model":
+                self.draft_lm = load_draft_model(self.options.model, server_args.tokenizer_path or server_args.model_path,
+                                                 self.model_runner.model)
+            # Rules that read the target's final hidden rows get them from the verify forward itself.
+            self.capture = (CaptureHiddenMode.FULL if rule_needs_hidden(self.options.acceptance)
+                            else CaptureHiddenMode.NULL)
             self.n = self.options.num_draft_tokens
             self.requests: dict[str, RequestState] = {}
             self.rng = TorchRandom(0)
@@ -130,7 +152,7 @@ def worker_class():
             for req in batch.reqs:
                 state = self.requests.get(req.rid)
                 if state is None:
-                    state = self.requests[req.rid] = RequestState(self.options)
+                    state = self.requests[req.rid] = RequestState(self.options, self.draft_lm)
                 tokens = torch.tensor(list(req.origin_input_ids_unpadded) + list(req.output_ids), dtype=torch.long)
                 shape = state.policy.plan(DecodeState(step=state.steps, context_len=len(tokens)))
                 tree = state.drafter.propose(DraftContext(tokens), shape, request_params(req), self.rng)
@@ -193,17 +215,22 @@ def worker_class():
             self._prepare_verify(batch, trees)
             out_cache_loc = batch.out_cache_loc
             result = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors,
-                                                                 is_verify=True)
+                                                                 is_verify=True, capture_hidden_mode=self.capture)
             logits = result.logits_output.next_token_logits.view(bs, n, -1)
+            hidden = (result.logits_output.hidden_states.view(bs, n, -1) if self.capture.need_capture()
+                      else None)
             accepted, emitted = [], torch.zeros(bs, n, dtype=torch.int32)
             for b, (req, tree) in enumerate(zip(batch.reqs, trees)):
                 k = tree.num_nodes
                 rows = logits[b, :k].float()
                 outcome = verify(tree, rows, request_params(req), self.options.acceptance, self.rng,
+                                 target_hidden=None if hidden is None else hidden[b, :k].float(),
                                  **self.options.acceptance_options)
                 tokens = outcome.emitted(tree)
                 emitted[b, : len(tokens)] = torch.tensor(tokens, dtype=torch.int32)
                 accepted.append(outcome.nodes)
+                if not self.options.lossless:
+                    mark_lossy_tokens(req, len(tokens), self.options.acceptance)
                 state = self.requests[req.rid]
                 state.policy.observe(StepStats(shape=state.last_shape, num_nodes=state.last_drafted,
                                                accepted=outcome.num_drafted_accepted,
