@@ -27,6 +27,10 @@ CONFIGS = {
     "sage ngram, SAGE trees, 9 tokens": {"speculative_algorithm": "sage", "speculative_num_draft_tokens": 9},
     "sage ngram, chain 4": {"speculative_algorithm": "sage", "speculative_num_draft_tokens": 5,
                             "speculative_adaptive_config": json.dumps({"policy": "chain"})},
+    "sage eagle, SAGE trees, 9 tokens": {"speculative_algorithm": "sage", "speculative_num_draft_tokens": 9,
+                                         "speculative_adaptive_config": json.dumps({"drafter": "eagle"})},
+    "sage eagle, chain 4": {"speculative_algorithm": "sage", "speculative_num_draft_tokens": 5,
+                            "speculative_adaptive_config": json.dumps({"drafter": "eagle", "policy": "chain"})},
 }
 
 

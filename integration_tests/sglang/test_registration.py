@@ -48,18 +48,19 @@ PARSE = """
             args.resolve_once()
             view = resolving_view(args)
             results.append({"ok": [view.speculative_num_draft_tokens, view.speculative_num_steps,
-                                   view.speculative_eagle_topk]})
+                                   view.speculative_eagle_topk, view.disable_radix_cache]})
         except BaseException as e:
             results.append({"error": f"{type(e).__name__}: {e}"})
     print(json.dumps(results))
 """
 
 GOOD = [
-    ([], [9, 8, 8]),
+    ([], [9, 8, 8, False]),
     (["--speculative-num-draft-tokens", "12", "--speculative-num-steps", "5", "--speculative-eagle-topk", "3"],
-     [12, 5, 3]),
+     [12, 5, 3, False]),
     (["--speculative-adaptive-config", json.dumps({"policy": "chain", "acceptance": {"rule": "typical"}})],
-     [9, 8, 8]),
+     [9, 8, 8, False]),
+    (["--speculative-adaptive-config", '{"drafter": "eagle"}'], [9, 8, 8, True]),  # features need every prefix
 ]
 BAD = [
     (["--speculative-num-steps", "20"], "--speculative-num-steps=20 is out of range"),
@@ -68,7 +69,8 @@ BAD = [
     (["--speculative-adaptive-config", '{"policy_options": {"max_width": 2}}'],
      "policy_options.max_width is set by --speculative-eagle-topk"),
     (["--speculative-adaptive"], "--speculative-adaptive is SGLang's step-count controller"),
-    (["--speculative-adaptive-config", '{"drafter": "eagle"}'], "is not wired into the SGLang worker yet"),
+    (["--speculative-adaptive-config", json.dumps({"drafter": "eagle", "acceptance": {
+        "rule": "judge", "path": "judge.json", "threshold": 0.5}})], "drafter 'eagle' with acceptance 'judge'"),
 ]
 
 

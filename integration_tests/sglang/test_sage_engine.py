@@ -93,6 +93,9 @@ def test_tiny_model_draft_model_and_judge(tiny_folder, tiny_draft_folder, tmp_pa
 
 
 def test_smollm2_greedy_identity_on_mt_bench(mtbench_8, smollm2_folder):
+    """Prompt lookup and the EAGLE head shipped for SmolLM2 (features: the target layers' states
+    SGLang captures in its own forwards), both with SAGE trees."""
     results = engine_runs({"model": smollm2_folder, "prompts": mtbench_8, "max_new_tokens": 64, "configs": {
-        "plain": {}, "sage": {"speculative_algorithm": "sage"}}})
+        "plain": {}, "sage": {"speculative_algorithm": "sage"},
+        "sage eagle": {"speculative_algorithm": "sage", "speculative_adaptive_config": '{"drafter": "eagle"}'}}})
     check_identity(results)

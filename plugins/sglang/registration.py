@@ -78,6 +78,10 @@ def spec_class():
             server_args.speculative_num_steps = options.num_steps
             server_args.speculative_eagle_topk = options.eagle_topk
             server_args.disable_overlap_schedule = True
+            if options.drafter == "eagle":
+                # The EAGLE head reads target features of every committed position; a prefix served
+                # from SGLang's radix cache would come without them.
+                server_args.disable_radix_cache = True
 
     return SageSpecAlgo
 

@@ -12,11 +12,12 @@ The root of each tree is the last verified token, whose KV this forward computes
 """
 from __future__ import annotations
 
+import copy
 import logging
 
 import torch
 
-from sagespec.common.drafters import DraftContext, DraftModelDrafter, NgramDrafter
+from sagespec.common.drafters import DraftContext, DraftModelDrafter, EagleDrafter, EagleHead, NgramDrafter
 from sagespec.common.policies import DecodeState, StepStats
 from sagespec.common.random_source import TorchRandom
 from sagespec.common.sampling import SamplingParams, entropy
@@ -24,7 +25,7 @@ from sagespec.common.tree import DraftTree
 from sagespec.common.verify import rule_needs_hidden, verify
 from sagespec.common.verify.acceptance import check_acceptance
 
-from sagespec.plugins._draft_loading import load_draft_model
+from sagespec.plugins._draft_loading import load_draft_model, shipped_head_for
 from sagespec.plugins._hf_tree_lm import HFTreeLM
 
 from .options import OWNER, SageOptions
@@ -32,12 +33,14 @@ from .tree_layout import pack_trees
 
 logger = logging.getLogger("sglang.sagespec")
 LOSSY_META_KEY = "sagespec_lossy_acceptance"
+SGLANG_TOP_K_ALL = 1 << 30   # SGLang's stand-in for "no top-k"
 
 
 def worker_limits(options: SageOptions) -> str | None:
     """What the SGLang worker cannot run yet, or None."""
-    if options.drafter == "eagle":
-        return "drafter 'eagle' is not wired into the SGLang worker yet; use drafter 'ngram' or 'draft_model'"
+    if options.drafter == "eagle" and rule_needs_hidden(options.acceptance):
+        return (f"drafter 'eagle' with acceptance {options.acceptance!r} is not supported yet: SGLang's verify "
+                f"forward returns either the EAGLE layers' states or the final hidden rows, not both")
     return None
 
 
@@ -70,22 +73,29 @@ def mark_lossy_tokens(req, count: int, rule: str) -> None:
 
 
 def request_params(req) -> SamplingParams:
+    """The request's sampling in sagespec's terms. SGLang stores temperature 0 as top_k 1 at
+    temperature 1 and "no top-k" as a huge top_k (sampling_params.py); both of the first mean greedy."""
     sp = req.sampling_params
     temperature = float(getattr(sp, "temperature", 0.0) or 0.0)
-    if temperature <= 1e-6:
-        return SamplingParams()
     top_k = int(getattr(sp, "top_k", -1) or -1)
-    return SamplingParams(temperature=temperature, top_k=top_k if top_k > 0 else 0,
+    if temperature <= 1e-6 or top_k == 1:
+        return SamplingParams()
+    return SamplingParams(temperature=temperature, top_k=top_k if 0 < top_k < SGLANG_TOP_K_ALL else 0,
                           top_p=float(getattr(sp, "top_p", 1.0) or 1.0))
 
 
 class RequestState:
-    def __init__(self, options: SageOptions, draft_lm=None):
+    def __init__(self, options: SageOptions, draft_lm=None, head: EagleHead | None = None):
         self.policy = options.make_policy()
-        # A draft model's weights are shared; each request keeps its own cache.
-        self.drafter = (DraftModelDrafter(HFTreeLM(draft_lm)) if draft_lm is not None
-                        else NgramDrafter(**options.drafter_options))
+        # Draft weights are shared; each request keeps its own cache.
+        if head is not None:
+            self.drafter = EagleDrafter(copy.copy(head))
+        elif draft_lm is not None:
+            self.drafter = DraftModelDrafter(HFTreeLM(draft_lm))
+        else:
+            self.drafter = NgramDrafter(**options.drafter_options)
         self.drafter.begin()
+        self.features = None   # EAGLE: the target layers' states of every committed position but the last
         self.steps = 0
         self.last_shape = None
         self.last_drafted = 0
@@ -133,29 +143,74 @@ def worker_class():
             if self.options.drafter == "draft_model":
                 self.draft_lm = load_draft_model(self.options.model, server_args.tokenizer_path or server_args.model_path,
                                                  self.model_runner.model)
-            # Rules that read the target's final hidden rows get them from the verify forward itself.
-            self.capture = (CaptureHiddenMode.FULL if rule_needs_hidden(self.options.acceptance)
+            self.head = self._load_head() if self.options.drafter == "eagle" else None
+            # Rules that read the target's final hidden rows, and the EAGLE head (the target layers'
+            # states), get them from the target's forwards themselves.
+            self.capture = (CaptureHiddenMode.FULL if self.head is not None or rule_needs_hidden(self.options.acceptance)
                             else CaptureHiddenMode.NULL)
+            self.prefilling: set[str] = set()   # requests prefilled and not yet seen decoding
             self.n = self.options.num_draft_tokens
             self.requests: dict[str, RequestState] = {}
             self.rng = TorchRandom(0)
 
         def clear_cache_pool(self):
             self.requests.clear()
+            self.prefilling.clear()
+
+        def _load_head(self) -> EagleHead:
+            """The EAGLE head over the target's embeddings and output layer; the target captures the
+            head's layers (index i: the residual stream entering layer i, as in Hugging Face's
+            hidden_states) in every forward."""
+            model = self.model_runner.model
+            if not hasattr(model, "set_eagle3_layers_to_capture"):
+                raise ValueError(f"{OWNER}: drafter 'eagle' needs a target SGLang can capture layer states from "
+                                 f"(set_eagle3_layers_to_capture); {type(model).__name__} has none")
+            config = model.config
+            vocab = config.vocab_size
+            folder = self.options.model or shipped_head_for(config)
+            head = EagleHead.load(folder, model.model.embed_tokens.weight[:vocab], model.lm_head.weight[:vocab],
+                                  config.num_hidden_layers).eval()
+            if max(head.config.target_layer_ids) >= config.num_hidden_layers:
+                raise ValueError(f"{OWNER}: EAGLE head {folder} reads target layer ids {head.config.target_layer_ids}; "
+                                 f"SGLang captures the inputs of layers 0..{config.num_hidden_layers - 1} only")
+            model.set_eagle3_layers_to_capture([i - 1 for i in head.config.target_layer_ids])  # SGLang adds 1
+            logger.info("sagespec: EAGLE head %s reads target layers %s", folder, head.config.target_layer_ids)
+            return head
+
+        def _state(self, req) -> RequestState:
+            state = self.requests.get(req.rid)
+            if state is None:
+                state = self.requests[req.rid] = RequestState(self.options, self.draft_lm, self.head)
+            return state
+
+        def _commit_features(self, state: RequestState, rows: torch.Tensor) -> None:
+            rows = rows.to(self.head.fc.weight.dtype).cpu()
+            state.features = rows if state.features is None else torch.cat([state.features, rows])
+
+        def _prefill(self, batch, pp_proxy_tensors):
+            result = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors,
+                                                                 capture_hidden_mode=self.capture)
+            if self.head is not None:
+                feats = result.logits_output.hidden_states
+                start = 0
+                for req, length in zip(batch.reqs, batch.extend_lens):
+                    self.prefilling.add(req.rid)
+                    self._commit_features(self._state(req), feats[start: start + length])
+                    start += length
+            return result
 
         # ---- one step ------------------------------------------------------------------
         def _trees(self, batch) -> list[DraftTree]:
             live = {r.rid for r in batch.reqs}
-            for gone in set(self.requests) - live:
+            self.prefilling -= live
+            for gone in set(self.requests) - live - self.prefilling:
                 del self.requests[gone]
             trees = []
             for req in batch.reqs:
-                state = self.requests.get(req.rid)
-                if state is None:
-                    state = self.requests[req.rid] = RequestState(self.options, self.draft_lm)
+                state = self._state(req)
                 tokens = torch.tensor(list(req.origin_input_ids_unpadded) + list(req.output_ids), dtype=torch.long)
                 shape = state.policy.plan(DecodeState(step=state.steps, context_len=len(tokens)))
-                tree = state.drafter.propose(DraftContext(tokens), shape, request_params(req), self.rng)
+                tree = state.drafter.propose(DraftContext(tokens, state.features), shape, request_params(req), self.rng)
                 state.last_shape, state.last_drafted, state.steps = shape, tree.num_drafted, state.steps + 1
                 trees.append(tree)
             return trees
@@ -199,7 +254,7 @@ def worker_class():
         def forward_batch_generation(self, batch, on_publish=None, pp_proxy_tensors=None):
             bs, n = len(batch.reqs), self.n
             if not batch.forward_mode.is_decode():
-                result = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors)
+                result = self._prefill(batch, pp_proxy_tensors)
                 accept_tokens = torch.zeros(bs, n, dtype=torch.int32, device=self.device)
                 accept_tokens[:, 0] = result.next_token_ids
                 accept_lens = torch.ones(bs, dtype=torch.int32, device=self.device)
@@ -218,20 +273,22 @@ def worker_class():
                                                                  is_verify=True, capture_hidden_mode=self.capture)
             logits = result.logits_output.next_token_logits.view(bs, n, -1)
             hidden = (result.logits_output.hidden_states.view(bs, n, -1) if self.capture.need_capture()
-                      else None)
+                      else None)   # the EAGLE layers' states with an EAGLE head, else the final rows
             accepted, emitted = [], torch.zeros(bs, n, dtype=torch.int32)
             for b, (req, tree) in enumerate(zip(batch.reqs, trees)):
                 k = tree.num_nodes
                 rows = logits[b, :k].float()
+                judge_rows = hidden[b, :k].float() if hidden is not None and self.head is None else None
                 outcome = verify(tree, rows, request_params(req), self.options.acceptance, self.rng,
-                                 target_hidden=None if hidden is None else hidden[b, :k].float(),
-                                 **self.options.acceptance_options)
+                                 target_hidden=judge_rows, **self.options.acceptance_options)
                 tokens = outcome.emitted(tree)
                 emitted[b, : len(tokens)] = torch.tensor(tokens, dtype=torch.int32)
                 accepted.append(outcome.nodes)
                 if not self.options.lossless:
                     mark_lossy_tokens(req, len(tokens), self.options.acceptance)
                 state = self.requests[req.rid]
+                if self.head is not None:
+                    self._commit_features(state, hidden[b, list(outcome.nodes)])
                 state.policy.observe(StepStats(shape=state.last_shape, num_nodes=state.last_drafted,
                                                accepted=outcome.num_drafted_accepted,
                                                target_entropy=float(entropy(rows[outcome.nodes[-1]]))))
