@@ -1,6 +1,7 @@
 """Runs SGLang's engine on this CPU machine once per configuration, one after another, and prints
-the outputs as JSON: `python engine_runs.py SPEC_JSON`. SPEC: {"model": folder, "prompts": [[ids]],
-"max_new_tokens": k, "configs": {name: extra Engine kwargs}, "one_at_a_time": bool}. With
+the outputs as JSON: `python engine_runs.py SPEC_JSON` (or the SPEC on standard input). SPEC: {"model": folder, "prompts": [[ids]],
+"max_new_tokens": k, "configs": {name: extra Engine kwargs}, "one_at_a_time": bool,
+"sampling": {extra sampling params} (default greedy)}. With
 one_at_a_time each prompt is generated alone and timed (wall seconds per prompt). Run it with
 SGLANG_USE_CPU_ENGINE=1 and stand_in_site on PYTHONPATH (see test_sage_engine.py); the SGLang
 benchmark (benchmarks/sglang_speed.py) runs it too."""
@@ -17,7 +18,7 @@ META = ("completion_tokens", "spec_verify_ct", "spec_num_correct_drafts", "spec_
 
 def run(spec: dict) -> dict:
     import sglang
-    params = {"temperature": 0, "max_new_tokens": spec["max_new_tokens"]}
+    params = {"temperature": 0, "max_new_tokens": spec["max_new_tokens"], **spec.get("sampling", {})}
     results = {}
     for name, extra in spec["configs"].items():
         engine = sglang.Engine(model_path=spec["model"], **BASE, **extra)
@@ -39,4 +40,4 @@ def run(spec: dict) -> dict:
 
 
 if __name__ == "__main__":  # SGLang spawns its processes
-    print(json.dumps(run(json.loads(sys.argv[1]))))
+    print(json.dumps(run(json.loads(sys.argv[1]) if len(sys.argv) > 1 else json.load(sys.stdin))))

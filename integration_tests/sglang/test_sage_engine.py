@@ -21,8 +21,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def engine_runs(spec: dict) -> dict:
     env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1",
            "PYTHONPATH": os.pathsep.join([os.path.join(HERE, "stand_in_site"), os.path.join(HERE, "..", "..", "tests")])}
-    out = subprocess.run([sys.executable, os.path.join(HERE, "engine_runs.py"), json.dumps(spec)], capture_output=True,
-                         text=True, timeout=1800, env=env)
+    out = subprocess.run([sys.executable, os.path.join(HERE, "engine_runs.py")], input=json.dumps(spec),
+                         capture_output=True, text=True, timeout=1800, env=env)
     return last_json(out)
 
 

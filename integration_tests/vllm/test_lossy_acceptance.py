@@ -33,13 +33,14 @@ def run_sage(smollm2_folder, prompts, acceptance, policy="sage", budget=8):
     spec = {"method": "sage", "drafter": "eagle", "policy": policy, "num_speculative_tokens": budget,
             "acceptance": acceptance}
     with engine(smollm2_folder, spec=spec, max_num_seqs=4) as llm:
-        return counters_during(llm, lambda: greedy_tokens(llm, prompts, MAX_TOKENS))
+        return counters_during(llm, lambda: greedy_tokens(llm, prompts, MAX_TOKENS, with_marks=True))
 
 
 def test_judge_accepting_nothing_extra_equals_plain_vllm(smollm2_folder, prompts, plain_outputs, tmp_path):
-    outputs, counts = run_sage(smollm2_folder, prompts,
-                               {"rule": "judge", "path": judge_file(tmp_path / "j.json"), "threshold": 0.0})
+    (outputs, marks), counts = run_sage(smollm2_folder, prompts,
+                                        {"rule": "judge", "path": judge_file(tmp_path / "j.json"), "threshold": 0.0})
     assert outputs == plain_outputs
+    assert marks == ["judge"] * len(prompts)   # each output says it was verified by a lossy rule
     drafted, accepted = counts["vllm:spec_decode_num_draft_tokens"], counts["vllm:spec_decode_num_accepted_tokens"]
     assert 0 < accepted < drafted  # drafts were made and some were rejected: the judge was asked
 
@@ -47,7 +48,7 @@ def test_judge_accepting_nothing_extra_equals_plain_vllm(smollm2_folder, prompts
 def test_judge_accepting_everything_takes_every_draft(smollm2_folder, prompts, plain_outputs, tmp_path):
     """p(important) = sigmoid(-1e4 + ...) ~ 0 < 1 for every row: every drafted chain is taken whole
     (only the last step of a request may be cut by max_tokens)."""
-    outputs, counts = run_sage(smollm2_folder, prompts, {"rule": "judge", "threshold": 1.0,
+    (outputs, _), counts = run_sage(smollm2_folder, prompts, {"rule": "judge", "threshold": 1.0,
                                                          "path": judge_file(tmp_path / "j.json", bias=-1e4)},
                                policy="chain", budget=4)
     assert outputs != plain_outputs

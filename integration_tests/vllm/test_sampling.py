@@ -3,33 +3,11 @@ exact joint distribution of the first three tokens, computed with transformers).
 import pytest
 import torch
 
-from distribution_stats import chi_square_pvalue
+from distribution_stats import chi_square_pvalue, exact_joint, greedy_continuation
 from vllm_lane import counters_during, engine
 
-V = 8
+V = 8   # the tiny model's vocabulary
 N = 4000
-
-
-def exact_joint(folder, prompt, temperature):
-    """p(t1, t2, t3 | prompt) at the given temperature, [V, V, V] in fp64."""
-    from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    t1, t2 = torch.meshgrid(torch.arange(V), torch.arange(V), indexing="ij")
-    seqs = torch.cat([torch.tensor(prompt).expand(V * V, -1), t1.reshape(-1, 1), t2.reshape(-1, 1)], 1)
-    with torch.no_grad():
-        logits = model(seqs).logits.double() / temperature
-    p1 = torch.softmax(logits[0, -3], -1)
-    p2 = torch.softmax(logits[:, -2], -1).view(V, V, V)[:, 0]   # p(t2 | t1)
-    p3 = torch.softmax(logits[:, -1], -1).view(V, V, V)         # p(t3 | t1, t2)
-    return p1[:, None, None] * p2[:, :, None] * p3
-
-
-def greedy_continuation(folder, prompt, n):
-    from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False)
-    return out[0, len(prompt):].tolist()
 
 
 def sample_counts(llm, prompt):

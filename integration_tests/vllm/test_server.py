@@ -59,12 +59,16 @@ def vllm_server(model, log: Path, spec=None):
             proc.wait()
 
 
-def complete(base, model, prompt_ids) -> str:
-    body = json.dumps({"model": str(model), "prompt": prompt_ids, "max_tokens": MAX_TOKENS,
-                       "temperature": 0.0}).encode()
-    req = urllib.request.Request(f"{base}/v1/completions", data=body, headers={"Content-Type": "application/json"})
+def post(base, route, body) -> bytes:
+    req = urllib.request.Request(f"{base}{route}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=600) as resp:
-        return json.loads(resp.read())["choices"][0]["text"]
+        return resp.read()
+
+
+def complete(base, model, prompt_ids) -> str:
+    body = {"model": str(model), "prompt": prompt_ids, "max_tokens": MAX_TOKENS, "temperature": 0.0}
+    return json.loads(post(base, "/v1/completions", body))["choices"][0]["text"]
 
 
 def answer_all(base, model, prompts) -> list[str]:
@@ -91,3 +95,23 @@ def test_server_answers_concurrent_requests_like_plain(smollm2_folder, mtbench_p
     assert not mismatched, f"requests {mismatched} differ from the plain server"
     assert counter(metrics, "vllm:spec_decode_num_draft_tokens_total") > 0
     assert counter(metrics, "vllm:spec_decode_num_accepted_tokens_total") > 0
+
+
+def test_server_marks_outputs_of_a_lossy_rule(smollm2_folder, mtbench_prompts, tmp_path):
+    """With a lossy rule every response says so, streamed chunks included (kl-judge at threshold 0
+    accepts nothing extra; the mark follows the configuration, not luck)."""
+    spec = {"method": "sage", "drafter": "ngram", "num_speculative_tokens": 4,
+            "acceptance": {"rule": "kl-judge", "threshold": 0.0}}
+    model = str(smollm2_folder)
+    with vllm_server(smollm2_folder, tmp_path / "lossy.log", spec) as base:
+        completion = json.loads(post(base, "/v1/completions", {"model": model, "prompt": mtbench_prompts[0],
+                                                               "max_tokens": 8, "temperature": 0.0}))
+        chat = json.loads(post(base, "/v1/chat/completions", {
+            "model": model, "max_tokens": 8, "temperature": 0.0,
+            "messages": [{"role": "user", "content": "Name three colours."}]}))
+        stream = post(base, "/v1/completions", {"model": model, "prompt": mtbench_prompts[1], "max_tokens": 8,
+                                                "temperature": 0.0, "stream": True}).decode()
+    assert completion["sagespec_lossy_acceptance"] == "kl-judge"
+    assert chat["sagespec_lossy_acceptance"] == "kl-judge"
+    events = [line[len("data: "):] for line in stream.splitlines() if line.startswith("data: {")]
+    assert events and all(json.loads(e)["sagespec_lossy_acceptance"] == "kl-judge" for e in events)

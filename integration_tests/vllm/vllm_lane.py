@@ -24,12 +24,16 @@ def engine(model, spec=None, max_num_seqs: int = 8, dtype: str = "float32", max_
         cleanup_dist_env_and_memory()
 
 
-def greedy_tokens(llm, prompts, max_tokens: int) -> list[list[int]]:
+def greedy_tokens(llm, prompts, max_tokens: int, with_marks: bool = False):
+    """Token ids per prompt; with_marks: (those, each output's lossy-acceptance mark or None)."""
     from vllm import SamplingParams, TokensPrompt
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
                         SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=False),
                         use_tqdm=False)
-    return [list(o.outputs[0].token_ids) for o in outs]
+    tokens = [list(o.outputs[0].token_ids) for o in outs]
+    if not with_marks:
+        return tokens
+    return tokens, [getattr(o, "sagespec_lossy_acceptance", None) for o in outs]
 
 
 def counters_during(llm, work):

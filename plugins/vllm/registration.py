@@ -12,6 +12,7 @@ import logging
 from sagespec.plugins._hooks import Hook, Patches
 from sagespec.plugins._hooks import refusal_reason as engine_refusal
 
+from . import output_marks
 from .options import ATTRIBUTE, OWNER, parse_sage_config
 from .step_view import build_step_view, row_entropy
 from .tree_step import ActiveStep, draft_mode, fix_attention_rows, plan_tree_step, verify_and_commit
@@ -42,6 +43,7 @@ HOOKS = (
     Hook("vllm.v1.worker.cpu_model_runner:CPUModelRunner.load_model"),
     Hook("vllm.v1.spec_decode.metadata:SpecDecodeMetadata", kind="class"),
     Hook("vllm.v1.attention.backend:CommonAttentionMetadata", kind="class"),
+    *output_marks.HOOKS,
 )
 
 _state = {"done": False, "refused": None}
@@ -151,6 +153,7 @@ def patches() -> Patches:
     p.add(RUNNER, "_sample", _sample)
     p.add(RUNNER, "propose_draft_token_ids", _propose)
     p.add(RUNNER, "_setup_eagle3_aux_hidden_state_outputs", _aux_layers)
+    output_marks.add_patches(p)
     return p
 
 
