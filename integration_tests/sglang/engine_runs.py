@@ -13,7 +13,7 @@ BASE = dict(device="cpu", attention_backend="torch_native", dtype="float32", ski
             disable_cuda_graph=True, disable_overlap_schedule=True, mem_fraction_static=0.2, max_total_tokens=8192,
             log_level="error")
 META = ("completion_tokens", "spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts",
-        "sagespec_lossy_acceptance")
+        "sagespec_lossy_acceptance", "sagespec_tree_shape")
 
 
 def run(spec: dict) -> dict:

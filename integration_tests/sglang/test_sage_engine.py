@@ -38,6 +38,16 @@ def lossy_marks(run: dict) -> list:
     return [m["sagespec_lossy_acceptance"] for m in run["meta"]]
 
 
+def planned_widths(run: dict) -> list[int]:
+    """The width the policy planned for each verified token (SGLang's meta_info, per token)."""
+    return [int(shape.split("x")[1]) for m in run["meta"] for shape in m["sagespec_tree_shape"] if shape]
+
+
+def check_branching(run: dict) -> None:
+    widths = planned_widths(run)
+    assert widths and max(widths) > 1, "the policy never planned a tree wider than a chain"
+
+
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
     from tiny_models import tiny_llama
@@ -66,6 +76,8 @@ def test_tiny_model_greedy_identity_with_sage_trees_and_dynamic_trees(tiny_folde
                         "speculative_adaptive_config": json.dumps({"policy": "dynamic",
                                                                    "drafter_options": {"min_ngram": 1}})},
     }})
+    check_branching(results["sage"])
+    assert set(planned_widths(results["dynamic 3x2"])) == {2}
     check_identity(results)
 
 
@@ -98,4 +110,6 @@ def test_smollm2_greedy_identity_on_mt_bench(mtbench_8, smollm2_folder):
     results = engine_runs({"model": smollm2_folder, "prompts": mtbench_8, "max_new_tokens": 64, "configs": {
         "plain": {}, "sage": {"speculative_algorithm": "sage"},
         "sage eagle": {"speculative_algorithm": "sage", "speculative_adaptive_config": '{"drafter": "eagle"}'}}})
+    check_branching(results["sage"])
+    check_branching(results["sage eagle"])
     check_identity(results)

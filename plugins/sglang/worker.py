@@ -32,7 +32,10 @@ from .options import OWNER, SageOptions
 from .tree_layout import pack_trees
 
 logger = logging.getLogger("sglang.sagespec")
+# meta_info keys, one entry per output token: the lossy rule that verified it (only under a lossy
+# rule), and the tree shape ("depth x width") the policy planned for the step that emitted it.
 LOSSY_META_KEY = "sagespec_lossy_acceptance"
+SHAPE_META_KEY = "sagespec_tree_shape"
 SGLANG_TOP_K_ALL = 1 << 30   # SGLang's stand-in for "no top-k"
 
 
@@ -60,15 +63,14 @@ def unsupported_batch_options(batch) -> str | None:
     return f"requests with {', '.join(found)} are not supported by the sage worker yet" if found else None
 
 
-def mark_lossy_tokens(req, count: int, rule: str) -> None:
-    """Says in the request's output metadata which tokens a lossy rule's verify emitted:
-    meta_info[LOSSY_META_KEY] holds one entry per output token, the rule's name for tokens from a
-    lossy verify step and None for the others (the first token, from prefill). SGLang slices this
-    list with the output tokens (its `customized_info` channel, token-aligned)."""
+def record_per_token(req, key: str, count: int, value) -> None:
+    """Appends `value` for `count` new output tokens to meta_info[key] of the request, which holds
+    one entry per output token (None for tokens before the first entry, e.g. the prefill token).
+    SGLang's `customized_info` channel slices these lists with the output tokens."""
     info = req.customized_info if req.customized_info is not None else {}
-    values = info.setdefault(LOSSY_META_KEY, [])
+    values = info.setdefault(key, [])
     values.extend([None] * (len(req.output_ids) - len(values)))
-    values.extend([rule] * count)
+    values.extend([value] * count)
     req.customized_info = info
 
 
@@ -285,8 +287,9 @@ def worker_class():
                 emitted[b, : len(tokens)] = torch.tensor(tokens, dtype=torch.int32)
                 accepted.append(outcome.nodes)
                 if not self.options.lossless:
-                    mark_lossy_tokens(req, len(tokens), self.options.acceptance)
+                    record_per_token(req, LOSSY_META_KEY, len(tokens), self.options.acceptance)
                 state = self.requests[req.rid]
+                record_per_token(req, SHAPE_META_KEY, len(tokens), f"{state.last_shape.depth}x{state.last_shape.width}")
                 if self.head is not None:
                     self._commit_features(state, hidden[b, list(outcome.nodes)])
                 state.policy.observe(StepStats(shape=state.last_shape, num_nodes=state.last_drafted,
