@@ -1,10 +1,7 @@
 """Lossy acceptance through vLLM: a judge that accepts nothing extra gives plain vLLM's output
 token for token; one that accepts everything takes every draft (so the judge really reads the
 rows' hidden states); a judge for another hidden size fails at startup (fp32)."""
-import json
-
 import pytest
-import torch
 
 from judge_files import random_judge
 from vllm_lane import counters_during, engine, greedy_tokens

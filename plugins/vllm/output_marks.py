@@ -13,7 +13,7 @@ import json
 from sagespec.plugins._hooks import Hook
 
 from .options import ATTRIBUTE
-from .tree_step import draft_mode
+from .tree_step import draft_mode, has_engine_watermark
 
 KEY = "sagespec_lossy_acceptance"
 OUTPUTS = "vllm.v1.engine.output_processor"
@@ -26,7 +26,7 @@ def lossy_rule(vllm_config) -> tuple[str, bool] | None:
     options = getattr(getattr(vllm_config, "speculative_config", None), ATTRIBUTE, None)
     if options is None or options.lossless:
         return None
-    return options.acceptance, getattr(vllm_config, "watermark_config", None) is not None
+    return options.acceptance, has_engine_watermark(vllm_config)
 
 
 def _engine_init(original):

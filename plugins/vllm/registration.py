@@ -15,7 +15,8 @@ from sagespec.plugins._hooks import refusal_reason as engine_refusal
 from . import output_marks
 from .options import ATTRIBUTE, OWNER, parse_sage_config
 from .step_view import build_step_view, row_entropy
-from .tree_step import ActiveStep, draft_mode, fix_attention_rows, plan_tree_step, verify_and_commit
+from .tree_step import (ActiveStep, draft_mode, fix_attention_rows, has_engine_watermark, plan_tree_step,
+                        verify_and_commit)
 
 logger = logging.getLogger("vllm.sagespec")  # under vLLM's logger: its handlers and level
 
@@ -122,7 +123,7 @@ def _propose(original):
                                 common_attn_metadata, slot_mappings):
         if _ours(self):
             req_ids = list(self.input_batch.req_ids)
-            watermark = getattr(self.vllm_config, "watermark_config", None) is not None
+            watermark = has_engine_watermark(self.vllm_config)
             modes = {i: draft_mode(getattr(self.requests.get(r), "sampling_params", None), watermark)
                      for i, r in enumerate(req_ids)}
             self.drafter.step_view = build_step_view(

@@ -162,6 +162,11 @@ def verify_and_commit(step: TreeStep, runner, logits_rows: dict[int, torch.Tenso
             layout.move(kv_cache, src_slots, dst_slots)
 
 
+def has_engine_watermark(vllm_config) -> bool:
+    """Whether the engine has a watermark configured (then only vLLM's sampler may decode)."""
+    return getattr(vllm_config, "watermark_config", None) is not None
+
+
 def draft_mode(sp, engine_watermark: bool = False) -> str:
     """One of step_view.DRAFT_MODES for a request with vLLM sampling params `sp`, in an engine
     with (`engine_watermark`) or without a watermark configured."""
