@@ -10,6 +10,17 @@ from sagespec.kernels import commit_accepted_kv, tree_attention
 
 ATTENTION_NAME = "sagespec_tree"
 _backend = {"name": "auto"}
+# While `layer` is set, the attention of the last query row at that layer (mean over heads) is kept
+# in `weights` [kv]: the target's own attention, read for image-row saliency.
+_probe: dict = {"layer": None, "weights": None}
+
+
+def _keep_last_row_attention(query, key, scaling, mask) -> None:
+    q = query[0, :, -1:].float()                                     # [Hq, 1, D]
+    k = key[0].float().repeat_interleave(query.shape[1] // key.shape[1], 0)
+    scores = (q @ k.transpose(1, 2))[:, 0] * (scaling if scaling is not None else q.shape[-1] ** -0.5)
+    scores = scores.masked_fill(~mask[-1], float("-inf"))
+    _probe["weights"] = scores.softmax(-1).mean(0)
 
 
 def _hf_tree_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -23,6 +34,8 @@ def _hf_tree_attention(module, query, key, value, attention_mask, scaling=None, 
         mask = attention_mask[0, 0]
         if mask.dtype != torch.bool:
             mask = mask == 0
+    if _probe["layer"] is not None and getattr(module, "layer_idx", None) == _probe["layer"]:
+        _keep_last_row_attention(query, key, scaling, mask)
     out = tree_attention(query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
                          torch.tensor([0, q_len]), torch.tensor([0, kv_len]), mask.reshape(-1),
                          sm_scale=scaling, backend=_backend["name"])
@@ -41,7 +54,7 @@ class HFTreeLM:
         register_attention(_backend["name"])
         model.set_attn_implementation(ATTENTION_NAME)
         self.model = model
-        self.vocab_size = model.config.vocab_size
+        self.vocab_size = model.config.get_text_config().vocab_size
         self.hidden_layer_ids = tuple(hidden_layer_ids)
         self._cache_cls = DynamicCache
         self.cache = DynamicCache(config=model.config)
@@ -54,12 +67,20 @@ class HFTreeLM:
     def device(self):
         return self.model.device
 
+    def _inputs(self, tokens, inputs_embeds) -> dict:
+        """The model's input: token ids, or (a multimodal prompt) the embeddings to use instead."""
+        if inputs_embeds is None:
+            return {"input_ids": tokens.view(1, -1).to(self.device)}
+        if inputs_embeds.shape[0] != tokens.numel():
+            raise ValueError(f"{inputs_embeds.shape[0]} input embeddings for {tokens.numel()} tokens")
+        return {"inputs_embeds": inputs_embeds[None].to(self.device, self.model.dtype)}
+
     @torch.no_grad()
-    def forward(self, tokens, positions, mask, with_hidden: bool = False):
+    def forward(self, tokens, positions, mask, with_hidden: bool = False, inputs_embeds=None):
         """Logits [q, V] in fp32; with_hidden also returns the chosen layers' hidden states
-        concatenated [q, len(ids) * hidden]."""
+        concatenated [q, len(ids) * hidden]. `inputs_embeds` [q, H] replaces the token embeddings."""
         dev = self.device
-        out = self.model(input_ids=tokens.view(1, -1).to(dev), position_ids=positions.view(1, -1).to(dev),
+        out = self.model(**self._inputs(tokens, inputs_embeds), position_ids=positions.view(1, -1).to(dev),
                          attention_mask=mask[None, None].to(dev), past_key_values=self.cache, use_cache=True,
                          output_hidden_states=with_hidden)
         logits = out.logits[0].float()
@@ -68,11 +89,11 @@ class HFTreeLM:
         return logits, self._layer_feats(out.hidden_states)
 
     @torch.no_grad()
-    def forward_with_last_hidden(self, tokens, positions, mask, with_hidden: bool = False):
+    def forward_with_last_hidden(self, tokens, positions, mask, with_hidden: bool = False, inputs_embeds=None):
         """(logits [q, V] fp32, chosen layers' features or None, last normed hidden state [q, H]):
         the decoder, then the output layer on its last hidden state, as the LM's own forward does."""
         dev = self.device
-        out = self.model.get_decoder()(input_ids=tokens.view(1, -1).to(dev),
+        out = self.model.get_decoder()(**self._inputs(tokens, inputs_embeds),
                                        position_ids=positions.view(1, -1).to(dev),
                                        attention_mask=mask[None, None].to(dev), past_key_values=self.cache,
                                        use_cache=True, output_hidden_states=with_hidden)
@@ -80,6 +101,18 @@ class HFTreeLM:
         logits = self.model.get_output_embeddings()(last)[0].float()
         feats = self._layer_feats(out.hidden_states) if with_hidden else None
         return logits, feats, last[0]
+
+    def last_row_attention(self, layer: int, run):
+        """Calls `run()` (a forward) and returns the attention [kv] of its last query row at `layer`,
+        averaged over heads, as the model computed it."""
+        _probe.update(layer=layer, weights=None)
+        try:
+            result = run()
+        finally:
+            weights, _probe["layer"] = _probe["weights"], None
+        if weights is None:
+            raise ValueError(f"no attention was seen at layer {layer}")
+        return result, weights
 
     def _layer_feats(self, hidden_states) -> torch.Tensor:
         return torch.cat([hidden_states[i][0] for i in self.hidden_layer_ids], -1)

@@ -4,6 +4,8 @@ A drafter keeps its own per-request state (caches); `begin` resets it. The runti
 whole committed sequence each step (`tokens`, whose last entry is the tree's root) and, for
 drafters that declare `needs_hidden_states`, the target's features of every committed position
 but the root (`hidden_states[t]` for token t), so a drafter can tell by length what is new.
+For requests with images it also hands over `images`: where the image spans lie in the prompt and
+the embeddings the target's language model saw there.
 """
 from __future__ import annotations
 
@@ -27,9 +29,35 @@ class DrafterNeeds:
 
 
 @dataclass(frozen=True)
+class ImageInputs:
+    """The images of one prompt as the target's language model sees them. Span i covers prompt
+    positions spans[i][0] .. spans[i][1] - 1 (placeholder tokens in `tokens`); `embeds` holds the
+    rows the target put there, all spans concatenated in order. `saliency`, when the engine can
+    give it, scores each image row (the target's attention from the prompt's last position)."""
+    spans: tuple[tuple[int, int], ...]
+    embeds: torch.Tensor                   # [sum of span lengths, H]
+    saliency: torch.Tensor | None = None   # [sum of span lengths]
+
+    def __post_init__(self):
+        n = sum(e - s for s, e in self.spans)
+        if any(e <= s for s, e in self.spans) or any(b[0] < a[1] for a, b in zip(self.spans, self.spans[1:])):
+            raise ValueError(f"image spans {self.spans} must be non-empty, ordered and disjoint")
+        if self.embeds.shape[0] != n:
+            raise ValueError(f"image spans cover {n} positions but {self.embeds.shape[0]} embedding rows were given")
+        if self.saliency is not None and self.saliency.shape != (n,):
+            raise ValueError(f"image saliency has shape {tuple(self.saliency.shape)}; expected ({n},)")
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """The prompt positions of all image rows, in `embeds` order."""
+        return torch.cat([torch.arange(s, e) for s, e in self.spans])
+
+
+@dataclass(frozen=True)
 class DraftContext:
     tokens: torch.Tensor                       # [L + 1] committed tokens; tokens[-1] is the root
     hidden_states: torch.Tensor | None = None  # [L, F] target features, present when needed
+    images: ImageInputs | None = None          # the prompt's images, when it has any
 
 
 class Drafter(Protocol):

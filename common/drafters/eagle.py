@@ -19,18 +19,23 @@ from .expansion import grow_tree
 from .tree_lm import ScratchTree, causal_extension_mask
 
 
-class _HeadScorer:
-    def __init__(self, head: EagleHead, scratch: ScratchTree, root_hidden: torch.Tensor):
-        self.head, self.scratch = head, scratch
+class HeadScorer:
+    """Scores tree nodes with the head: a node pairs its parent's output hidden state with its own
+    token. `refine` (hidden -> hidden) post-processes every output, e.g. a vision injection."""
+
+    def __init__(self, head: EagleHead, scratch: ScratchTree, root_hidden: torch.Tensor, refine=None):
+        self.head, self.scratch, self.refine = head, scratch, refine
         self.hidden = {0: root_hidden}
 
     def score(self, nodes, tokens, parents, depths) -> torch.Tensor:
         mask, positions = self.scratch.add(nodes, parents, depths)
         feats = torch.stack([self.hidden[p] for p in parents])
-        out, logits = self.head.step(torch.tensor(tokens, dtype=torch.long), feats, positions, mask)
+        out = self.head.hidden_step(torch.tensor(tokens, dtype=torch.long), feats, positions, mask)
+        if self.refine is not None:
+            out = self.refine(out)
         for n, h in zip(nodes, out):
             self.hidden[n] = h
-        return logits
+        return self.head.logits(out)
 
 
 class EagleDrafter:
@@ -57,7 +62,7 @@ class EagleDrafter:
         new = committed_pairs - m
         out, logits = self.head.step(tokens[m + 1:], self.head.fuse(feats[m:]),
                                      torch.arange(m + 1, committed_pairs + 1), causal_extension_mask(m, new))
-        scorer = _HeadScorer(self.head, ScratchTree(committed_pairs, root_position=committed_pairs), out[-1])
+        scorer = HeadScorer(self.head, ScratchTree(committed_pairs, root_position=committed_pairs), out[-1])
         tree = grow_tree(int(tokens[-1]), logits[-1], scorer, shape, params, rng, self.sample_children)
         self.head.truncate(committed_pairs)
         return tree

@@ -142,16 +142,22 @@ class EagleHead(nn.Module):
             self.k_cache, self.v_cache = self.k_cache[:length], self.v_cache[:length]
 
     # ---- forward ------------------------------------------------------------------------
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The target's (shared) embeddings of `tokens`, in the head's dtype."""
+        return F.embedding(tokens.to(self._embed.device), self._embed).to(self.q_proj.weight.dtype)
+
     def fuse(self, target_features: torch.Tensor) -> torch.Tensor:
         """[q, len(layers) * target_hidden] -> [q, hidden]."""
         return self.fc(target_features.to(self.fc.weight.dtype))
 
-    def attention_inputs(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor):
+    def attention_inputs(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
+                         embeds: torch.Tensor | None = None):
         """For pairs (features [..., q, h], tokens [..., q]) at RoPE positions [..., q]: the residual
-        stream x and the rotated q, k and v ([..., q, heads, head_dim])."""
+        stream x and the rotated q, k and v ([..., q, heads, head_dim]). `embeds` [..., q, h], when
+        given, stands in for the token embeddings (an image row in place of its placeholder)."""
         c = self.config
         dtype = self.q_proj.weight.dtype
-        emb = F.embedding(tokens.to(self._embed.device), self._embed).to(dtype)
+        emb = (self.embed(tokens) if embeds is None else embeds).to(dtype)
         x = features.to(dtype)
         hidden = torch.cat([_rms_norm(emb, self.embed_norm, c.rms_norm_eps),
                             _rms_norm(x, self.hidden_norm, c.rms_norm_eps)], -1)
@@ -171,8 +177,14 @@ class EagleHead(nn.Module):
              mask: torch.Tensor, use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """One pass of the head over q pairs (features [q, hidden], tokens [q]); `mask` is
         [q, cache_length + q]. Returns (output hidden [q, hidden], target-vocab logits [q, V])."""
+        out = self.hidden_step(tokens, features, positions, mask, use_cache)
+        return out, self.logits(out)
+
+    def hidden_step(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
+                    mask: torch.Tensor, use_cache: bool = True, embeds: torch.Tensor | None = None) -> torch.Tensor:
+        """`step` without the output layer: the output hidden states [q, hidden] only."""
         c = self.config
-        x, q, k, v = self.attention_inputs(tokens, features, positions)
+        x, q, k, v = self.attention_inputs(tokens, features, positions, embeds)
         if self.k_cache is not None and self.k_cache.shape[0]:
             k_all, v_all = torch.cat([self.k_cache, k]), torch.cat([self.v_cache, v])
         else:
@@ -182,8 +194,7 @@ class EagleHead(nn.Module):
         attn = F.scaled_dot_product_attention(
             q.transpose(0, 1), k_all.transpose(0, 1), v_all.transpose(0, 1),
             attn_mask=mask.to(q.device), enable_gqa=c.num_key_value_heads != c.num_attention_heads)
-        out = self.attention_outputs(x, attn.transpose(0, 1))
-        return out, self.logits(out)
+        return self.attention_outputs(x, attn.transpose(0, 1))
 
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the draft vocabulary (the target's when no reduced vocabulary is set)."""

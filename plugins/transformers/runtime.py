@@ -7,13 +7,16 @@ Without a drafter every tree is the root alone: plain decoding through the same 
 """
 from __future__ import annotations
 
+import dataclasses
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import torch
 
 from sagespec.common.drafters import DraftContext, Drafter
 from sagespec.common.drafters.tree_lm import causal_extension_mask
+from sagespec.common.params import ConfigError
 from sagespec.common.policies import ChainPolicy, DecodeState, StepStats, TreePolicy, TreeShape
 from sagespec.common.random_source import TorchRandom
 from sagespec.common.sampling import SamplingParams, entropy
@@ -21,6 +24,12 @@ from sagespec.common.tree import DraftTree
 from sagespec.common.verify import get_rule, is_lossless, rule_needs_hidden, verify
 
 from sagespec.plugins._hf_tree_lm import HFTreeLM
+
+from .multimodal import ImagePrompt
+
+
+class TextOnlyDraftWarning(UserWarning):
+    """An image request is drafted by a drafter that cannot see images."""
 
 
 @dataclass
@@ -48,8 +57,12 @@ class GenerationResult:
 
 class SpeculativeGenerator:
     def __init__(self, target: HFTreeLM, drafter: Drafter | None = None, policy: TreePolicy | None = None,
-                 rule: str = "auto", rule_options: dict | None = None, eos_token_ids=()):
+                 rule: str = "auto", rule_options: dict | None = None, eos_token_ids=(),
+                 strict_multimodal: bool = False):
+        """`strict_multimodal`: refuse image requests a text-only drafter would draft (by default
+        they are drafted from the text alone, with a TextOnlyDraftWarning)."""
         self.target = target
+        self.strict_multimodal = strict_multimodal
         self.drafter = drafter
         self.policy = policy or ChainPolicy()
         self.rule = rule
@@ -60,23 +73,56 @@ class SpeculativeGenerator:
             raise ValueError(f"drafter {drafter.name!r} needs hidden layers {drafter.needs.hidden_layer_ids}; "
                              f"the target wrapper provides {target.hidden_layer_ids}")
 
-    def _forward(self, tokens, positions, mask, rule: str):
+    def _forward(self, tokens, positions, mask, rule: str, embeds=None):
         """(logits, the drafter's features or None, last hidden states or None)."""
         if rule_needs_hidden(rule):
-            return self.target.forward_with_last_hidden(tokens, positions, mask, with_hidden=self.needs_hidden)
+            return self.target.forward_with_last_hidden(tokens, positions, mask, with_hidden=self.needs_hidden,
+                                                        inputs_embeds=embeds)
         if self.needs_hidden:
-            return (*self.target.forward(tokens, positions, mask, with_hidden=True), None)
-        return self.target.forward(tokens, positions, mask), None, None
+            return (*self.target.forward(tokens, positions, mask, with_hidden=True, inputs_embeds=embeds), None)
+        return self.target.forward(tokens, positions, mask, inputs_embeds=embeds), None, None
+
+    def _check_image_request(self) -> bool:
+        """Whether the drafter is fed the request's images."""
+        if self.drafter is None or self.drafter.needs.multimodal:
+            return self.drafter is not None
+        message = (f"drafter {self.drafter.name!r} cannot see images: this image request is drafted from its text "
+                   "alone (fewer drafts will be accepted; the output is unaffected). Vision-aware drafters: "
+                   "vispec, dream, vision-prune")
+        if self.strict_multimodal:
+            raise ConfigError(message + "; strict multimodal mode refuses it")
+        warnings.warn(message, TextOnlyDraftWarning, stacklevel=3)
+        return False
+
+    def _prefill(self, prompt, rule, image_prompt: ImagePrompt | None, feed_images: bool):
+        """The prompt's forward: (logits, features, last hidden, the drafter's ImageInputs or None)."""
+        n = prompt.numel()
+        embeds = None if image_prompt is None else image_prompt.embeds
+        run = lambda: self._forward(prompt, torch.arange(n), causal_extension_mask(0, n), rule, embeds)
+        if not feed_images:
+            return (*run(), None)
+        # The target's attention from the prompt's last position at its middle layer scores the image rows.
+        layer = self.target.model.config.get_text_config().num_hidden_layers // 2
+        out, attention = self.target.last_row_attention(layer, run)
+        images = image_prompt.images
+        return (*out, dataclasses.replace(images, saliency=attention[images.positions].float().cpu()))
 
     @torch.no_grad()
     def generate(self, prompt_ids, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
-                 seed: int = 0, rule: str | None = None, rule_options: dict | None = None) -> GenerationResult:
-        """`rule`/`rule_options` override the generator's acceptance for this request."""
+                 seed: int = 0, rule: str | None = None, rule_options: dict | None = None,
+                 image_prompt: ImagePrompt | None = None) -> GenerationResult:
+        """`rule`/`rule_options` override the generator's acceptance for this request. An
+        `image_prompt` (then `prompt_ids` is None) brings the prompt's embeddings with images."""
         if rule is None:
             rule, rule_options = self.rule, self.rule_options if rule_options is None else rule_options
         rule_options = dict(rule_options or {})
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1")
+        if image_prompt is not None:
+            if prompt_ids is not None:
+                raise ValueError("give prompt_ids or image_prompt, not both")
+            prompt_ids = image_prompt.input_ids
+        feed_images = image_prompt is not None and self._check_image_request()
         prompt = torch.as_tensor(list(prompt_ids), dtype=torch.long)
         if prompt.numel() < 1:
             raise ValueError("the prompt must hold at least one token")
@@ -87,8 +133,7 @@ class SpeculativeGenerator:
         if self.drafter is not None:
             self.drafter.begin()
 
-        n = prompt.numel()
-        logits, feats, last = self._forward(prompt, torch.arange(n), causal_extension_mask(0, n), rule)
+        logits, feats, last, images = self._prefill(prompt, rule, image_prompt, feed_images)
         first = verify(DraftTree.root_only(int(prompt[-1])), logits[-1:], sampling, rule, rng,
                        target_hidden=None if last is None else last[-1:], **rule_options)
         tokens = prompt.tolist() + [first.bonus]
@@ -103,7 +148,7 @@ class SpeculativeGenerator:
             if self.drafter is None:
                 tree = DraftTree.root_only(tokens[-1])
             else:
-                ctx = DraftContext(torch.tensor(tokens, dtype=torch.long), feats)
+                ctx = DraftContext(torch.tensor(tokens, dtype=torch.long), feats, images)
                 tree = self.drafter.propose(ctx, shape, sampling, rng)
             logits, hidden, last = self._forward(tree.tokens, tree.positions(prefix), tree.attention_mask(prefix),
                                                  rule)
