@@ -20,8 +20,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"sagespec: error: {message} (see --help)\n")
 
 
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e.msg} at column {e.colno}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="smollm2", help="'smollm2' (embedded default) or a Hugging Face model folder")
+    p.add_argument("--model", default="smollm2",
+                   help="'smollm2' (embedded default), 'smollm2-llava' (its vision-language stand-in) or a Hugging Face "
+                        "model folder")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
                    help="bf16 for speed; float32 for exact greedy identity checks")
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -33,7 +45,11 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help=f"acceptance: a rule name {available_rules()} or a JSON object with 'rule' and its options, "
                         "e.g. '{\"rule\": \"kl-judge\", \"threshold\": 0.5}'; typical, kl-judge and judge are lossy")
     p.add_argument("--draft-model", help="Hugging Face folder of a draft model sharing the target's tokenizer")
-    p.add_argument("--eagle-head", help="folder of a trained EAGLE head (config.json + model.safetensors)")
+    p.add_argument("--eagle-head", help="folder of a trained EAGLE head (config.json + model.safetensors; a vision "
+                                        "drafter's trained modules beside them)")
+    p.add_argument("--vision-options", type=_json_object, default=None,
+                   help="JSON overrides of a vision drafter's settings, e.g. '{\"keep_ratio\": 0.25}' "
+                        "(compress, keep_ratio, prune_by, num_queries, global_fusion, cross_attention, num_heads)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (pinned)")
 
 
@@ -48,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--drafter", default="ngram", choices=["none", *DRAFTER_NAMES])
     g.add_argument("--policy", default="sage", choices=sorted(POLICIES))
     g.add_argument("--budget", type=int, help="drafted nodes per step (the policy's default when omitted)")
+    g.add_argument("--image", action="append", default=[],
+                   help="an image file to put before the prompt (repeatable; needs a vision-language model)")
+    g.add_argument("--strict-multimodal", action="store_true",
+                   help="refuse image prompts a text-only drafter would draft (default: draft from the text, warn)")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     b = sub.add_parser("bench", help="plain decoding and speculative configs side by side on a dataset")
     _common(b)
@@ -100,11 +120,17 @@ def cmd_generate(args) -> int:
         text = path.read_text()
     else:
         text = args.prompt
+    images = [_open_image(path) for path in args.image]
     policy = make_policy_from_args(args.policy, args.budget)
     target = load_target(args.model, args.dtype)
-    drafter = make_drafter(args.drafter, target, args.draft_model, args.eagle_head, args.dtype, args.seed)
-    gen = make_generator(target, drafter, policy, args.rule, args.rule_options)
-    res = gen.generate(target.encode_chat(text), args.max_new_tokens, _sampling(args), seed=args.seed)
+    drafter = make_drafter(args.drafter, target, args.draft_model, args.eagle_head, args.dtype, args.seed,
+                           vision_options=args.vision_options)
+    gen = make_generator(target, drafter, policy, args.rule, args.rule_options, args.strict_multimodal)
+    if images:
+        res = gen.generate(None, args.max_new_tokens, _sampling(args), seed=args.seed,
+                           image_prompt=target.encode_image_chat(text, images))
+    else:
+        res = gen.generate(target.encode_chat(text), args.max_new_tokens, _sampling(args), seed=args.seed)
     out_text = target.tokenizer.decode(res.tokens, skip_special_tokens=True) if target.tokenizer else ""
     if args.json:
         print(json.dumps({"tokens": res.tokens, "text": out_text, "steps": res.steps,
@@ -115,6 +141,16 @@ def cmd_generate(args) -> int:
         print(f"[{len(res.tokens)} tokens, {res.steps} target forwards, tau {res.mean_accepted_length:.2f}, "
               f"{len(res.tokens) / res.seconds:.1f} tok/s]", file=sys.stderr)
     return 0
+
+
+def _open_image(path: str):
+    from PIL import Image, UnidentifiedImageError
+    if not Path(path).is_file():
+        raise ConfigError(f"--image {path!r}: no such file")
+    try:
+        return Image.open(path).convert("RGB")
+    except UnidentifiedImageError:
+        raise ConfigError(f"--image {path!r}: not an image PIL can read") from None
 
 
 def cmd_bench(args) -> int:

@@ -13,7 +13,7 @@ from sagespec.common.shipped import shipped_head
 from sagespec.common.verify.acceptance import check_acceptance
 
 from .model_loading import load_model, load_processor
-from .multimodal import ImagePrompt, build_image_prompt
+from .multimodal import ImagePrompt, build_image_prompt, image_token_id
 from .runtime import SpeculativeGenerator
 from sagespec.plugins._hf_tree_lm import HFTreeLM
 
@@ -36,6 +36,7 @@ class LoadedTarget:
 
     def encode_image_chat(self, text: str, images) -> ImagePrompt:
         """A user turn with the PIL `images` (placed before the text) and `text`, ready to generate."""
+        image_token_id(self.model)  # a clear error for a text-only model, before the processor
         processor = load_processor(self.name)
         content = [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
         prompt = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)

@@ -79,7 +79,22 @@ def build_stand_in(text_folder: Path, out: Path, seed: int = 0) -> None:
                                vision_feature_select_strategy="default", image_token=IMAGE_TOKEN,
                                num_additional_image_tokens=1, chat_template=CHAT_TEMPLATE)
     model.to(torch.bfloat16).save_pretrained(out)
+    _nest_vision_weights(out)
     processor.save_pretrained(out)
+
+
+def _nest_vision_weights(folder: Path) -> None:
+    """Writes the vision tower's weights under `vision_tower.vision_model.*`, the llava-hf layout
+    vLLM's CLIP loader reads (transformers saves them flat and loads either layout)."""
+    from safetensors.torch import load_file, save_file
+    path = folder / "model.safetensors"
+    if not path.is_file():
+        raise RuntimeError(f"expected one weights file {path} (the stand-in is small enough not to shard)")
+    flat, nested = "vision_tower.", "vision_tower.vision_model."
+    state = load_file(str(path))
+    state = {(nested + k[len(flat):] if k.startswith(flat) and not k.startswith(nested) else k): v
+             for k, v in state.items()}
+    save_file(state, str(path), metadata={"format": "pt"})
 
 
 def stand_in_folder(cache: Path, text_folder: Path) -> Path:

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sagespec.common.drafters import VISION_PRESETS, VisionConfig
 from sagespec.common.params import ConfigError, check_choice, check_int, reject_unknown
 from sagespec.common.policies import POLICIES, make_policy
 from sagespec.common.verify import is_lossless
 from sagespec.common.verify.acceptance import parse_server_acceptance
 
 OWNER = "--speculative-config (method 'sage')"
-DRAFTERS = ("ngram", "draft_model", "eagle")
+DRAFTERS = ("ngram", "draft_model", "eagle", *VISION_PRESETS)
 SAGE_KEYS = ("method", "drafter", "model", "num_speculative_tokens", "policy", "policy_options",
-             "drafter_options", "acceptance")
+             "drafter_options", "acceptance", "strict_multimodal")
 # vLLM keys that keep their meaning for our proposer and are handed on unchanged.
 VLLM_KEYS = ("disable_by_batch_size", "max_model_len")
 DEFAULT_BUDGET = 8
@@ -33,6 +34,14 @@ class SageOptions:
     drafter_options: dict = field(default_factory=dict)
     acceptance: str = "auto"            # a rule of sagespec.common.verify; auto = greedy/exact per request
     acceptance_options: dict = field(default_factory=dict)
+    strict_multimodal: bool = False     # refuse a text-only drafter for a model that takes images
+
+    @property
+    def vision(self) -> VisionConfig | None:
+        """The vision drafter's settings (its preset with drafter_options applied), or None."""
+        if self.drafter not in VISION_PRESETS:
+            return None
+        return VisionConfig.from_dict({**VISION_PRESETS[self.drafter].__dict__, **self.drafter_options})
 
     @property
     def lossless(self) -> bool:
@@ -46,7 +55,7 @@ class SageOptions:
                 "policy": self.policy, "policy_options": dict(self.policy_options),
                 "drafter_options": dict(self.drafter_options),
                 "acceptance": {"rule": self.acceptance, **self.acceptance_options} if self.acceptance_options
-                else self.acceptance}
+                else self.acceptance, "strict_multimodal": self.strict_multimodal}
 
 
 def _dict_option(config: dict, key: str) -> dict:
@@ -75,9 +84,16 @@ def parse_sage_config(config: dict) -> tuple[SageOptions, dict]:
         raise ConfigError(f"{OWNER}: policy_options.budget is not allowed; the node budget is "
                           f"num_speculative_tokens")
     acceptance, acceptance_options = parse_server_acceptance(config.get("acceptance", "auto"), OWNER)
+    strict = config.get("strict_multimodal", False)
+    if not isinstance(strict, bool):
+        raise ConfigError(f"{OWNER}: strict_multimodal={strict!r} must be true or false")
     options = SageOptions(drafter=drafter, model=model, budget=budget, policy=policy,
                           policy_options=policy_options, drafter_options=_dict_option(config, "drafter_options"),
-                          acceptance=acceptance, acceptance_options=acceptance_options)
+                          acceptance=acceptance, acceptance_options=acceptance_options, strict_multimodal=strict)
     options.make_policy()  # fail now on a bad policy option, naming it
+    try:
+        options.vision     # fail now on a bad vision option, naming it
+    except ConfigError as e:
+        raise ConfigError(f"{OWNER}: drafter_options: {e}") from None
     kept = {k: config[k] for k in VLLM_KEYS if k in config}
     return options, kept

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from sagespec.common.drafters import DraftContext, DraftModelDrafter, EagleDrafter, EagleHead, NgramDrafter
+from sagespec.common.drafters import (DraftContext, DraftModelDrafter, EagleDrafter, EagleHead, NgramDrafter,
+                                      VisionDrafter, VisionModules)
 from sagespec.common.params import ConfigError
 from sagespec.common.policies import DecodeState, StepStats, TreeShape
 from sagespec.common.random_source import TorchRandom
@@ -47,6 +48,8 @@ class RequestState:
     policy: object
     drafter: object
     features: torch.Tensor | None = None
+    images: object = None                  # ImageInputs once the runner had them (vision drafters)
+    warned_images: bool = False
     last_shape: TreeShape | None = None
     last_drafted: int = 0
     steps: int = 0
@@ -58,14 +61,16 @@ class ShapeStats:
     shapes: Counter = field(default_factory=Counter)   # (depth, width) -> proposals
     drafted: int = 0
     proposals: int = 0
+    with_images: int = 0                               # proposals drafted with the request's images
 
     def branching_share(self) -> float:
         """Share of proposals whose planned shape was wider than a chain."""
         wide = sum(n for (_, width), n in self.shapes.items() if width > 1)
         return wide / self.proposals if self.proposals else 0.0
 
-    def record(self, shape: TreeShape, drafted: int) -> None:
+    def record(self, shape: TreeShape, drafted: int, with_images: bool = False) -> None:
         self.shapes[(shape.depth, shape.width)] += 1
+        self.with_images += with_images
         self.drafted += drafted
         self.proposals += 1
         if self.proposals % LOG_EVERY == 0:
@@ -91,6 +96,7 @@ class SageProposer:
         self.stats = ShapeStats()
         self.rng = TorchRandom(0)
         self.head: EagleHead | None = None
+        self.vision_modules: VisionModules | None = None
         SageProposer.live.add(self)
         from vllm.platforms import current_platform
         # Tree attention is wired into vLLM's CPU attention backend only; elsewhere every tree is
@@ -99,7 +105,8 @@ class SageProposer:
         if not self.trees_allowed:
             logger.warning("sagespec: tree attention is implemented for vLLM's CPU backend only; "
                            "drafting chains on %s", current_platform.device_type)
-        hf = vllm_config.model_config.hf_config
+        hf = vllm_config.model_config.hf_text_config
+        self._check_multimodal(options, vllm_config.model_config.is_multimodal_model)
         check_acceptance(options.acceptance, options.acceptance_options, hf.vocab_size, hf.hidden_size)
         if not options.lossless:
             logger.warning("sagespec: acceptance %r %s is lossy: outputs may differ from the target model's",
@@ -109,14 +116,36 @@ class SageProposer:
         self.target_path = vllm_config.model_config.model
         if options.drafter == "ngram":
             NgramDrafter(**options.drafter_options)  # validated at startup
-        elif options.drafter_options:
+        elif options.drafter_options and options.vision is None:
             raise ConfigError(f"drafter {options.drafter!r} takes no drafter_options "
                               f"(got {sorted(options.drafter_options)})")
+
+    @staticmethod
+    def _check_multimodal(options, model_takes_images: bool) -> None:
+        vision = options.vision
+        if vision is not None and vision.prune_by == "attention":
+            raise ConfigError(f"drafter {options.drafter!r}: prune_by 'attention' needs the target's attention "
+                              "scores, which the vLLM plugin does not read yet; set drafter_options "
+                              "{\"prune_by\": \"embedding\"}")
+        if model_takes_images and vision is None:
+            message = (f"drafter {options.drafter!r} cannot see images: image requests are drafted from their "
+                       "text alone (fewer drafts accepted; outputs unaffected); vision-aware drafters: "
+                       "vispec, dream, vision-prune")
+            if options.strict_multimodal:
+                raise ConfigError(message + "; strict_multimodal refuses it")
+            logger.warning("sagespec: %s", message)
 
     # ---- what the runner hooks use -------------------------------------------------------
     @property
     def hidden_layer_ids(self) -> tuple[int, ...]:
         return self.head.config.target_layer_ids if self.head is not None else ()
+
+    def wants_images(self, req_id: str) -> bool:
+        """Whether the runner should look for this request's images (vision drafters, not yet seen)."""
+        if self.options.vision is None:
+            return False
+        state = self.requests.get(req_id)
+        return state is None or state.images is None
 
     def load_model(self, target_model) -> None:
         """vLLM hands over the target model once loaded; the EAGLE head shares its embeddings."""
@@ -125,15 +154,21 @@ class SageProposer:
         if self.options.drafter == "draft_model":
             self.draft_lm = load_draft_model(self.options.model, self.target_path, target_model)
             return
-        if self.options.drafter != "eagle":
+        if self.options.drafter == "ngram":
             return
-        config = target_model.config
+        # A multimodal model's text model holds the embeddings and the output layer.
+        lm = target_model.get_language_model() if hasattr(target_model, "get_language_model") else target_model
+        config = lm.config.get_text_config() if hasattr(lm.config, "get_text_config") else lm.config
         vocab = config.vocab_size
-        embed = target_model.model.embed_tokens.weight[:vocab]  # vLLM pads the vocabulary
-        lm_head = target_model.lm_head.weight[:vocab]
+        embed = lm.model.embed_tokens.weight[:vocab]  # vLLM pads the vocabulary
+        lm_head = lm.lm_head.weight[:vocab]
         folder = self.options.model or shipped_head_for(config)
         self.head = EagleHead.load(folder, embed, lm_head, config.num_hidden_layers).eval()
         logger.info("sagespec: EAGLE head %s reads target layers %s", folder, self.hidden_layer_ids)
+        vision = self.options.vision
+        if vision is not None:
+            self.vision_modules = VisionModules.load_or_init(folder, vision, self.head.config.hidden_size)
+            logger.info("sagespec: vision drafter %r: %s", self.options.drafter, vision)
 
     def _keep_logits_hidden(self, target_model) -> None:
         """The runner computes logits from the final hidden states of the rows it samples; keep
@@ -160,6 +195,8 @@ class SageProposer:
         for i, req in enumerate(view.requests):
             state = self._state(req.req_id)
             self._commit_features(state, req)
+            if req.images is not None and state.images is None:
+                state.images = req.images
             if not sampled_token_ids[i] or req.mode == "off":   # prefill still running, or no speculation
                 drafts.append([])
                 continue
@@ -175,19 +212,27 @@ class SageProposer:
             if req.mode == "vllm_chain" or shape.budget > room or not self.trees_allowed:
                 shape = chain_of(shape, room)
             tokens = torch.from_numpy(token_ids_cpu[i, :n_tokens].astype("int64"))
-            tree = state.drafter.propose(DraftContext(tokens, state.features), shape, GREEDY, self.rng)
+            if req.has_images and state.images is None and not state.warned_images:
+                state.warned_images = True
+                if self.options.vision is not None:
+                    logger.warning("sagespec: request %s: its image rows were not in the runner's encoder cache "
+                                   "when drafting began; drafting from its text", req.req_id)
+            ctx = DraftContext(tokens, state.features, state.images)
+            tree = state.drafter.propose(ctx, shape, GREEDY, self.rng)
             flat = tree.tokens[1:].tolist()
             if req.mode == "ours":
                 self.trees[req.req_id] = tree
             state.last_shape, state.last_drafted, state.steps = shape, len(flat), state.steps + 1
-            self.stats.record(shape, len(flat))
+            self.stats.record(shape, len(flat), with_images=state.images is not None)
             drafts.append(flat)
         return drafts
 
     def _state(self, req_id: str) -> RequestState:
         state = self.requests.get(req_id)
         if state is None:
-            if self.options.drafter == "eagle":
+            if self.options.vision is not None:  # shared weights, own cache
+                drafter = VisionDrafter(copy.copy(self.head), self.options.vision, self.vision_modules)
+            elif self.options.drafter == "eagle":
                 drafter = EagleDrafter(copy.copy(self.head))  # shared weights, own cache
             elif self.options.drafter == "draft_model":
                 drafter = DraftModelDrafter(HFTreeLM(self.draft_lm))  # shared weights, own cache

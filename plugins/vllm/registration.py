@@ -13,6 +13,7 @@ from sagespec.plugins._hooks import Hook, Patches
 from sagespec.plugins._hooks import refusal_reason as engine_refusal
 
 from . import output_marks
+from .image_inputs import request_has_images, request_images
 from .options import ATTRIBUTE, OWNER, parse_sage_config
 from .step_view import build_step_view, row_entropy
 from .tree_step import (ActiveStep, draft_mode, fix_attention_rows, has_engine_watermark, plan_tree_step,
@@ -126,10 +127,13 @@ def _propose(original):
             watermark = has_engine_watermark(self.vllm_config)
             modes = {i: draft_mode(getattr(self.requests.get(r), "sampling_params", None), watermark)
                      for i, r in enumerate(req_ids)}
+            images = {i: (request_has_images(self, r),
+                          request_images(self, r) if self.drafter.wants_images(r) else None)
+                      for i, r in enumerate(req_ids)}
             self.drafter.step_view = build_step_view(
                 req_ids, sampled_token_ids, getattr(self, "_sagespec_entropy", None), spec_decode_metadata,
                 common_attn_metadata, aux_hidden_states if self.drafter.head else None,
-                accepted_nodes=getattr(self, "_sagespec_accepted", None), modes=modes)
+                accepted_nodes=getattr(self, "_sagespec_accepted", None), modes=modes, images=images)
         return original(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
                         sample_hidden_states, aux_hidden_states, spec_decode_metadata, common_attn_metadata,
                         slot_mappings)
@@ -181,6 +185,8 @@ def register() -> None:
     if _state["done"]:
         return
     _state["done"] = True
+    from .cpu_vision_shim import install as install_cpu_vision_shim
+    install_cpu_vision_shim()
     reason = refusal_reason()
     if reason is not None:
         _state["refused"] = reason

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from sagespec.common.drafters import ImageInputs
+
 
 # How a request is drafted and verified:
 #   ours       any tree (chains included), verified by sagespec's rules
@@ -27,6 +29,8 @@ class RequestStep:
     committed_features: torch.Tensor | None  # [n, F] features of the positions committed this step
     entropy: float | None                # target entropy (nats) where the bonus token was sampled
     mode: str = "ours"                   # see DRAFT_MODES
+    has_images: bool = False             # the request's prompt holds images
+    images: ImageInputs | None = None    # their spans and rows, when the proposer asked and they were there
 
 
 @dataclass(frozen=True)
@@ -41,11 +45,12 @@ def row_entropy(logits: torch.Tensor) -> torch.Tensor:
 
 
 def build_step_view(req_ids, sampled_token_ids, entropies, spec_metadata, attn_metadata,
-                    aux_hidden_states, accepted_nodes=None, modes=None) -> StepView:
+                    aux_hidden_states, accepted_nodes=None, modes=None, images=None) -> StepView:
     """entropies: one per logits row (the rows vLLM sampled from, request-major);
     aux_hidden_states: the target layers' states of every scheduled token, or None;
     accepted_nodes: req index -> flat indices (root first) accepted from a verified tree, whose
-    committed rows are not the first ones; modes: req index -> one of DRAFT_MODES."""
+    committed rows are not the first ones; modes: req index -> one of DRAFT_MODES; images: req
+    index -> (has images, ImageInputs or None)."""
     n = len(req_ids)
     qsl = attn_metadata.query_start_loc_cpu[: n + 1].tolist()
     seq_lens = attn_metadata.seq_lens.cpu()[:n].tolist()
@@ -65,7 +70,9 @@ def build_step_view(req_ids, sampled_token_ids, entropies, spec_metadata, attn_m
             tree_nodes = (accepted_nodes or {}).get(i)
             rows = (feats[qsl[i]: qsl[i] + committed] if tree_nodes is None
                     else feats[[qsl[i] + node for node in tree_nodes]])
+        has_images, image_inputs = (images or {}).get(i, (False, None))
         out.append(RequestStep(req_id=req_id, start_position=seq_lens[i] - scheduled, committed_features=rows,
-                               entropy=entropy, mode=(modes or {}).get(i, "ours")))
+                               entropy=entropy, mode=(modes or {}).get(i, "ours"), has_images=has_images,
+                               images=image_inputs))
         row += drafts[i] + 1
     return StepView(out)
