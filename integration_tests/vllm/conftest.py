@@ -37,3 +37,25 @@ def tiny_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny-llama")
     tiny_llama(vocab_size=8, init_std=0.5, seed=3).save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def stand_in_folder(smollm2_folder):
+    """The smollm2-llava vision-language stand-in (built once, as the reference runtime builds it)."""
+    from sagespec.plugins.transformers.model_loading import cache_dir
+    from sagespec.plugins.transformers.vlm_stand_in import stand_in_folder
+    return stand_in_folder(cache_dir(), smollm2_folder)
+
+
+@pytest.fixture(scope="session")
+def image_requests(stand_in_folder):
+    """Three image + question requests (shapes drawn with PIL) through the stand-in's chat template."""
+    from transformers import AutoProcessor
+    from sagespec.plugins.transformers.vision_prompts import vision_requests
+    processor = AutoProcessor.from_pretrained(stand_in_folder)
+    requests = []
+    for image, question in vision_requests(3):
+        content = [{"type": "image"}, {"type": "text", "text": question}]
+        prompt = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
+        requests.append({"prompt": prompt, "multi_modal_data": {"image": image}})
+    return requests

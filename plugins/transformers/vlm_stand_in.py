@@ -19,6 +19,8 @@ import torch
 STAND_IN_NAME = "smollm2-llava"
 IMAGE_TOKEN, REUSED_TOKEN = "<image>", "<empty_output>"
 IMAGE_SIZE, PATCH_SIZE = 64, 8
+BUILD_VERSION = "2"   # bump when the build changes; older folders are rebuilt
+VERSION_FILE = "sagespec_stand_in_version"
 SYSTEM_PROMPT = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 # SmolLM2's template, with list contents ({"type": "image"} / {"type": "text"}) rendered in order.
 CHAT_TEMPLATE = (
@@ -81,6 +83,7 @@ def build_stand_in(text_folder: Path, out: Path, seed: int = 0) -> None:
     model.to(torch.bfloat16).save_pretrained(out)
     _nest_vision_weights(out)
     processor.save_pretrained(out)
+    (out / VERSION_FILE).write_text(BUILD_VERSION + "\n")
 
 
 def _nest_vision_weights(folder: Path) -> None:
@@ -98,15 +101,19 @@ def _nest_vision_weights(folder: Path) -> None:
 
 
 def stand_in_folder(cache: Path, text_folder: Path) -> Path:
-    """The stand-in's folder under `cache`, built on first use (about 20 s)."""
+    """The stand-in's folder under `cache`, built on first use (about 20 s) or when an older build
+    is there."""
     folder = cache / STAND_IN_NAME
-    if (folder / "config.json").is_file():
+    marker = folder / VERSION_FILE
+    if marker.is_file() and marker.read_text().strip() == BUILD_VERSION:
         return folder
     from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".build-"))
     build_stand_in(text_folder, tmp)
+    if folder.exists():  # an older build
+        shutil.rmtree(folder, ignore_errors=True)
     try:
         tmp.rename(folder)
     except OSError:  # another process finished first

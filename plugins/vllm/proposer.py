@@ -62,6 +62,7 @@ class ShapeStats:
     drafted: int = 0
     proposals: int = 0
     with_images: int = 0                               # proposals drafted with the request's images
+    rows_dropped: list = field(default_factory=list)   # per image request: image rows its draft cache left out
 
     def branching_share(self) -> float:
         """Share of proposals whose planned shape was wider than a chain."""
@@ -224,6 +225,8 @@ class SageProposer:
                 self.trees[req.req_id] = tree
             state.last_shape, state.last_drafted, state.steps = shape, len(flat), state.steps + 1
             self.stats.record(shape, len(flat), with_images=state.images is not None)
+            if state.steps == 1 and state.images is not None:   # its first proposal
+                self.stats.rows_dropped.append(state.drafter.dropped)
             drafts.append(flat)
         return drafts
 
