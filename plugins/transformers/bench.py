@@ -14,7 +14,7 @@ import torch
 from tqdm import tqdm
 
 from sagespec.common.datasets import load_prompts
-from sagespec.common.drafters import DRAFTER_NAMES
+from sagespec.common.drafters import DRAFTER_NAMES, VISION_PRESETS
 from sagespec.common.params import ConfigError
 from sagespec.common.policies import POLICIES
 
@@ -56,7 +56,8 @@ def run_bench(args, configs: list[BenchConfig], sampling) -> int:
     all_configs = [BenchConfig("none", "chain")] + configs
     gens = {}
     for c in all_configs:
-        drafter = make_drafter(c.drafter, target, args.draft_model, args.eagle_head, args.dtype, args.seed)
+        drafter = make_drafter(c.drafter, target, args.draft_model, args.eagle_head, args.dtype, args.seed,
+                               vision_options=args.vision_options if c.drafter in VISION_PRESETS else None)
         gens[c.label] = make_generator(target, drafter, make_policy_from_args(c.policy, c.budget), args.rule,
                                         args.rule_options)
     encoded = [target.encode_chat(p.text) for p in prompts]

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from sagespec.common.datasets import DATASETS
-from sagespec.common.drafters import DRAFTER_NAMES
+from sagespec.common.drafters import DRAFTER_NAMES, VISION_PRESETS
 from sagespec.common.params import ConfigError
 from sagespec.common.policies import POLICIES
 from sagespec.common.verify import available_rules
@@ -48,7 +48,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eagle-head", help="folder of a trained EAGLE head (config.json + model.safetensors; a vision "
                                         "drafter's trained modules beside them)")
     p.add_argument("--vision-options", type=_json_object, default=None,
-                   help="JSON overrides of a vision drafter's settings, e.g. '{\"keep_ratio\": 0.25}' "
+                   help="JSON overrides of the vision drafters' settings, e.g. '{\"keep_ratio\": 0.25}' "
                         "(compress, keep_ratio, prune_by, num_queries, global_fusion, cross_attention, num_heads)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (pinned)")
 
@@ -108,6 +108,9 @@ def _check(args) -> None:
     if getattr(args, "num_prompts", 1) < 1:
         raise ConfigError(f"--num-prompts {args.num_prompts} must be >= 1")
     args.rule, args.rule_options = parse_acceptance(args.rule, "--rule")
+    if args.command == "generate":
+        from .factory import vision_config
+        vision_config(args.drafter, args.vision_options)
     _sampling(args)
 
 
@@ -156,6 +159,13 @@ def _open_image(path: str):
 def cmd_bench(args) -> int:
     from .bench import parse_config, run_bench
     configs = [parse_config(c) for c in args.configs]
+    if args.vision_options is not None:
+        from .factory import vision_config
+        vision = [c.drafter for c in configs if c.drafter in VISION_PRESETS]
+        if not vision:
+            raise ConfigError("--vision-options: no bench config uses a vision drafter "
+                              f"({', '.join(VISION_PRESETS)})")
+        vision_config(vision[0], args.vision_options)
     return run_bench(args, configs, _sampling(args))
 
 

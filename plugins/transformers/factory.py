@@ -65,6 +65,7 @@ def make_drafter(name: str, target: LoadedTarget, draft_model: str | None = None
         return None
     if name not in DRAFTER_NAMES:
         raise ConfigError(f"--drafter {name!r} is not one of {['none', *DRAFTER_NAMES]}")
+    vision = vision_config(name, vision_options)
     if name == "ngram":
         return NgramDrafter()
     if name == "draft-model":
@@ -77,8 +78,6 @@ def make_drafter(name: str, target: LoadedTarget, draft_model: str | None = None
             raise ConfigError(f"--draft-model {draft_model}: vocabulary size {lm.config.vocab_size} differs from "
                               f"the target's {target.model.config.vocab_size}")
         return DraftModelDrafter(HFTreeLM(lm))
-    if vision_options and name not in VISION_PRESETS:
-        raise ConfigError(f"vision options are for the vision drafters {list(VISION_PRESETS)}, not {name!r}")
     m = target.model
     text_config = m.config.get_text_config()
     embed, lm_head = m.get_input_embeddings().weight, m.get_output_embeddings().weight
@@ -91,11 +90,19 @@ def make_drafter(name: str, target: LoadedTarget, draft_model: str | None = None
         head = EagleHead.random(EagleHeadConfig.for_target(text_config), embed, lm_head, seed=seed)
     if name == "eagle":
         return EagleDrafter(head.eval())
-    config = VisionConfig.from_dict({**VISION_PRESETS[name].__dict__, **dict(vision_options or {})})
-    modules = VisionModules.load_or_init(eagle_head, config, head.config.hidden_size, seed=seed)
-    drafter = VisionDrafter(head.eval(), config, modules)
+    modules = VisionModules.load_or_init(eagle_head, vision, head.config.hidden_size, seed=seed)
+    drafter = VisionDrafter(head.eval(), vision, modules)
     drafter.name = name
     return drafter
+
+
+def vision_config(drafter: str, options: dict | None) -> VisionConfig | None:
+    """A vision drafter's settings: its preset with `options` applied; None for other drafters."""
+    if drafter not in VISION_PRESETS:
+        if options:
+            raise ConfigError(f"vision options are for the vision drafters {list(VISION_PRESETS)}, not {drafter!r}")
+        return None
+    return VisionConfig.from_dict({**VISION_PRESETS[drafter].__dict__, **dict(options or {})})
 
 
 def make_policy_from_args(name: str, budget: int | None):
