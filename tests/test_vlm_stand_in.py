@@ -93,3 +93,25 @@ def test_text_model_refuses_images(tmp_path, capsys):
                  "--drafter", "ngram", "--max-new-tokens", "2"])
     assert code == 2
     assert "LlamaForCausalLM is not a vision-language model" in capsys.readouterr().err
+
+
+def test_train_drafter_cli_trains_a_vision_drafter(tmp_path, capsys):
+    code = main(["train-drafter", "--model", "smollm2-llava", "--drafter", "dream", "--vision-options",
+                 '{"prune_by": "embedding"}', "--entropy-supervision", "--images", "2", "--answer-tokens", "12",
+                 "--max-tokens", "40", "--batch-size", "1", "--out", str(tmp_path / "head"), "--threads", "2"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["steps"] >= 2 and report["vision"]["cross_attention"] is True
+    for name in ("config.json", "model.safetensors", "vision_config.json", "vision.safetensors"):
+        assert (tmp_path / "head" / name).is_file()
+    target = load_target("smollm2-llava", "float32")
+    drafter = make_drafter("dream", target, eagle_head=str(tmp_path / "head"), dtype="float32",
+                           vision_options={"prune_by": "embedding"})
+    assert drafter.modules.cross.gate.item() != 0.0   # the trained gate, not the zero start
+
+
+def test_train_drafter_refuses_a_text_model_for_a_vision_drafter(tmp_path, capsys):
+    code = main(["train-drafter", "--model", "smollm2", "--drafter", "vispec", "--max-tokens", "8",
+                 "--out", str(tmp_path / "x")])
+    assert code == 2
+    assert "vision-language --model" in capsys.readouterr().err

@@ -136,7 +136,7 @@ class VisionDrafter:
         self._g = self._image_features = None
 
     # ---- the prompt: which pairs enter the cache, with which embeddings ----------------
-    def _kept_rows(self, images: ImageInputs) -> list[torch.Tensor]:
+    def kept_rows(self, images: ImageInputs) -> list[torch.Tensor]:
         """Per image span, the indices (into that span) of the rows the draft keeps."""
         c, kept, offset = self.config, [], 0
         for s, e in images.spans:
@@ -157,7 +157,7 @@ class VisionDrafter:
             offset += n
         return kept
 
-    def _prompt_entries(self, tokens: torch.Tensor, feats: torch.Tensor, images: ImageInputs | None):
+    def prompt_entries(self, tokens: torch.Tensor, feats: torch.Tensor, images: ImageInputs | None):
         """(entry pair indices t, their input embeddings) for the prompt's committed pairs."""
         pairs = feats.shape[0]
         embeds = self.head.embed(tokens[1: pairs + 1])
@@ -167,7 +167,7 @@ class VisionDrafter:
         if images.spans[-1][1] > pairs:
             raise ValueError(f"image span {images.spans[-1]} reaches past the prompt's {pairs + 1} tokens")
         offset, kept_features = 0, []
-        for (s, e), rows in zip(images.spans, self._kept_rows(images)):
+        for (s, e), rows in zip(images.spans, self.kept_rows(images)):
             span_rows = images.embeds[offset: offset + (e - s)]
             keep[s - 1: e - 1] = False                        # pair t carries token t + 1
             keep[s - 1 + rows] = True
@@ -184,13 +184,13 @@ class VisionDrafter:
         idx = torch.nonzero(keep).flatten()
         return idx, embeds[idx]
 
-    def _features(self, raw: torch.Tensor) -> torch.Tensor:
+    def features(self, raw: torch.Tensor) -> torch.Tensor:
         fused = self.head.fuse(raw)
         if self.modules.fusion is not None and self._g is not None:
             fused = self.modules.fusion(fused, self._g)
         return fused
 
-    def _refine(self, hidden: torch.Tensor) -> torch.Tensor:
+    def refine(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.modules.cross is None or self._image_features is None:
             return hidden
         return self.modules.cross(hidden, self._image_features)
@@ -205,10 +205,10 @@ class VisionDrafter:
                              f"positions before the root; got {None if feats is None else feats.shape[0]}")
         cached_pairs = self.head.cache_length + self.dropped
         if self.head.cache_length == 0:                       # first step of a request: the prompt
-            idx, embeds = self._prompt_entries(tokens, feats, context.images)
+            idx, embeds = self.prompt_entries(tokens, feats, context.images)
             self.dropped = committed_pairs - idx.numel()
             positions = idx + 1
-            out = self._refine(self.head.hidden_step(tokens[idx + 1], self._features(feats[idx]), positions,
+            out = self.refine(self.head.hidden_step(tokens[idx + 1], self.features(feats[idx]), positions,
                                                      causal_extension_mask(0, idx.numel()), embeds=embeds))
             self.cache_positions = positions
         else:
@@ -217,11 +217,11 @@ class VisionDrafter:
             self.cache_positions = self.cache_positions[: m - self.dropped]
             new = committed_pairs - m
             positions = torch.arange(m + 1, committed_pairs + 1)
-            out = self._refine(self.head.hidden_step(tokens[m + 1:], self._features(feats[m:]), positions,
+            out = self.refine(self.head.hidden_step(tokens[m + 1:], self.features(feats[m:]), positions,
                                                      causal_extension_mask(self.head.cache_length, new)))
             self.cache_positions = torch.cat([self.cache_positions, positions])
         base = self.head.cache_length
-        scorer = HeadScorer(self.head, ScratchTree(base, root_position=committed_pairs), out[-1], self._refine)
+        scorer = HeadScorer(self.head, ScratchTree(base, root_position=committed_pairs), out[-1], self.refine)
         tree = grow_tree(int(tokens[-1]), self.head.logits(out[-1:])[0], scorer, shape, params, rng,
                          self.sample_children)
         self.head.truncate(base)

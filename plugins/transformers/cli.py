@@ -14,20 +14,12 @@ from sagespec.common.policies import POLICIES
 from sagespec.common.verify import available_rules
 from sagespec.common.verify.acceptance import parse_acceptance
 
+from .arg_types import json_object
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one clear line, no usage dump
         self.exit(2, f"sagespec: error: {message} (see --help)\n")
-
-
-def _json_object(text: str) -> dict:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"not JSON ({e.msg} at column {e.colno}): {text!r}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
-    return value
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -47,7 +39,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-model", help="Hugging Face folder of a draft model sharing the target's tokenizer")
     p.add_argument("--eagle-head", help="folder of a trained EAGLE head (config.json + model.safetensors; a vision "
                                         "drafter's trained modules beside them)")
-    p.add_argument("--vision-options", type=_json_object, default=None,
+    p.add_argument("--vision-options", type=json_object, default=None,
                    help="JSON overrides of the vision drafters' settings, e.g. '{\"keep_ratio\": 0.25}' "
                         "(compress, keep_ratio, prune_by, num_queries, global_fusion, cross_attention, num_heads)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (pinned)")

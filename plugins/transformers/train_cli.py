@@ -7,16 +7,20 @@ from pathlib import Path
 
 import torch
 
-from sagespec.common.drafters import EagleHead, EagleHeadConfig
+from sagespec.common.drafters import VISION_PRESETS, EagleHead, EagleHeadConfig
 from sagespec.common.params import ConfigError
 from sagespec.common.training.eagle_trainer import STATE_NAME, TrainConfig, train_eagle_head
 
 from .drafter_data import cached_features, conversation_ids, extract_features, self_distilled_ids
 from .model_loading import cache_dir, load_model
+from .vision_train_cli import add_vision_arguments, run_vision
 
 
 def add_arguments(p) -> None:
     p.add_argument("--model", default="smollm2")
+    p.add_argument("--drafter", default="eagle", choices=["eagle", *VISION_PRESETS],
+                   help="eagle: a text head on ShareGPT; a vision drafter: head + vision modules on drawn images "
+                        "and the target's own answers (needs a vision-language --model, e.g. smollm2-llava)")
     p.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"],
                    help="target dtype while extracting features (float32 is faster on CPUs without bf16 units)")
     p.add_argument("--out", required=True, help="checkpoint folder (resumed when it holds a trainer state)")
@@ -36,6 +40,7 @@ def add_arguments(p) -> None:
     p.add_argument("--adaspec-top", type=float, default=0.4, help="AdaSPEC: fraction of tokens trained on")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
+    add_vision_arguments(p)
 
 
 def default_layers(num_layers: int) -> tuple[int, int, int]:
@@ -51,6 +56,8 @@ def training_sequences(args, model, tok) -> list[list[int]]:
 def run(args) -> int:
     if args.max_tokens is None and args.max_minutes is None:
         raise ConfigError("train-drafter needs a budget: --max-tokens N and/or --max-minutes M")
+    if args.drafter != "eagle":
+        return run_vision(args)
     torch.manual_seed(args.seed)
     model, tok = load_model(args.model, args.dtype)
     if tok is None:
