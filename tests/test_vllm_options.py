@@ -33,11 +33,23 @@ def test_defaults_and_kept_vllm_keys():
     ({"acceptance": "greedy"}, "use 'auto'"),
     ({"acceptance": {"threshold": 0.2}}, "needs a 'rule' key"),
     ({"acceptance": {"rule": "auto", "eps": 0.1}}, "takes no options"),
+    ({"strict_multimodal": "yes"}, "strict_multimodal='yes' must be true or false"),
+    ({"drafter": "vispec", "drafter_options": {"keep": 0.5}}, "drafter_options: vision drafter: unknown option(s) ['keep']"),
+    ({"drafter": "vision-prune", "drafter_options": {"keep_ratio": 2}}, "keep_ratio=2 (in (0, 1])"),
 ])
 def test_bad_options_name_the_key(config, message):
     with pytest.raises(ConfigError) as err:
         parse_sage_config({"method": "sage", **config})
     assert message in str(err.value)
+
+
+def test_vision_drafters_take_their_preset_with_overrides():
+    options, _ = parse_sage_config({"method": "sage", "drafter": "vision-prune", "drafter_options": {"keep_ratio": 0.1},
+                                    "strict_multimodal": True})
+    assert (options.vision.compress, options.vision.keep_ratio, options.strict_multimodal) == ("prune", 0.1, True)
+    assert options.to_dict()["strict_multimodal"] is True
+    assert parse_sage_config({"method": "sage", "drafter": "vispec"})[0].vision.compress == "adaptor"
+    assert parse_sage_config({"method": "sage", "drafter": "eagle"})[0].vision is None
 
 
 def test_acceptance_rule_and_options_ride_on_the_options():

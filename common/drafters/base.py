@@ -47,6 +47,14 @@ class ImageInputs:
         if self.saliency is not None and self.saliency.shape != (n,):
             raise ValueError(f"image saliency has shape {tuple(self.saliency.shape)}; expected ({n},)")
 
+    def row_slices(self) -> list[slice]:
+        """Per span, its rows in `embeds` (and `saliency`)."""
+        out, offset = [], 0
+        for s, e in self.spans:
+            out.append(slice(offset, offset + e - s))
+            offset += e - s
+        return out
+
     @property
     def positions(self) -> torch.Tensor:
         """The prompt positions of all image rows, in `embeds` order."""

@@ -19,6 +19,16 @@ from .expansion import grow_tree
 from .tree_lm import ScratchTree, causal_extension_mask
 
 
+def committed_features(context: DraftContext, drafter: str):
+    """(tokens, features, committed pairs L): features must cover every committed position but the root."""
+    tokens, feats = context.tokens, context.hidden_states
+    committed_pairs = tokens.numel() - 1
+    if feats is None or feats.shape[0] != committed_pairs:
+        raise ValueError(f"{drafter} drafter needs target features for all {committed_pairs} committed "
+                         f"positions before the root; got {None if feats is None else feats.shape[0]}")
+    return tokens, feats, committed_pairs
+
+
 class HeadScorer:
     """Scores tree nodes with the head: a node pairs its parent's output hidden state with its own
     token. `refine` (hidden -> hidden) post-processes every output, e.g. a vision injection."""
@@ -52,11 +62,7 @@ class EagleDrafter:
     @torch.no_grad()
     def propose(self, context: DraftContext, shape: TreeShape, params: SamplingParams,
                 rng: RandomSource) -> DraftTree:
-        tokens, feats = context.tokens, context.hidden_states
-        committed_pairs = tokens.numel() - 1
-        if feats is None or feats.shape[0] != committed_pairs:
-            raise ValueError(f"eagle drafter needs target features for all {committed_pairs} committed "
-                             f"positions before the root; got {None if feats is None else feats.shape[0]}")
+        tokens, feats, committed_pairs = committed_features(context, "eagle")
         m = min(self.head.cache_length, committed_pairs - 1)
         self.head.truncate(m)
         new = committed_pairs - m

@@ -31,7 +31,7 @@ from ..random_source import RandomSource
 from ..sampling import SamplingParams
 from ..tree import DraftTree
 from .base import DraftContext, DrafterNeeds, ImageInputs
-from .eagle import HeadScorer
+from .eagle import HeadScorer, committed_features
 from .eagle_head import EagleHead
 from .expansion import grow_tree
 from .tree_lm import ScratchTree, causal_extension_mask
@@ -138,8 +138,8 @@ class VisionDrafter:
     # ---- the prompt: which pairs enter the cache, with which embeddings ----------------
     def kept_rows(self, images: ImageInputs) -> list[torch.Tensor]:
         """Per image span, the indices (into that span) of the rows the draft keeps."""
-        c, kept, offset = self.config, [], 0
-        for s, e in images.spans:
+        c, kept = self.config, []
+        for (s, e), rows in zip(images.spans, images.row_slices()):
             n = e - s
             if c.compress == "none":
                 kept.append(torch.arange(n))
@@ -150,11 +150,10 @@ class VisionDrafter:
                     if images.saliency is None:
                         raise ConfigError("vision drafter: prune_by='attention' needs the target's attention "
                                           "saliency, which this engine does not give; use prune_by='embedding'")
-                    scores = images.saliency[offset: offset + n]
+                    scores = images.saliency[rows]
                 else:
-                    scores = embedding_saliency(images.embeds[offset: offset + n])
+                    scores = embedding_saliency(images.embeds[rows])
                 kept.append(keep_top(scores, c.keep_ratio))
-            offset += n
         return kept
 
     def prompt_entries(self, tokens: torch.Tensor, feats: torch.Tensor, images: ImageInputs | None):
@@ -166,9 +165,9 @@ class VisionDrafter:
             return torch.arange(pairs), embeds
         if images.spans[-1][1] > pairs:
             raise ValueError(f"image span {images.spans[-1]} reaches past the prompt's {pairs + 1} tokens")
-        offset, kept_features = 0, []
-        for (s, e), rows in zip(images.spans, self.kept_rows(images)):
-            span_rows = images.embeds[offset: offset + (e - s)]
+        kept_features = []
+        for (s, e), rows, span in zip(images.spans, self.kept_rows(images), images.row_slices()):
+            span_rows = images.embeds[span]
             keep[s - 1: e - 1] = False                        # pair t carries token t + 1
             keep[s - 1 + rows] = True
             if self.modules.adaptor is not None:
@@ -178,7 +177,6 @@ class VisionDrafter:
             else:
                 embeds[s - 1 + rows] = span_rows[rows].to(embeds.dtype)
             kept_features.append(feats[s + rows])             # the target's features at the kept rows
-            offset += e - s
         if self.modules.cross is not None:
             self._image_features = self.head.fuse(torch.cat(kept_features))
         idx = torch.nonzero(keep).flatten()
@@ -198,11 +196,7 @@ class VisionDrafter:
     @torch.no_grad()
     def propose(self, context: DraftContext, shape: TreeShape, params: SamplingParams,
                 rng: RandomSource) -> DraftTree:
-        tokens, feats = context.tokens, context.hidden_states
-        committed_pairs = tokens.numel() - 1
-        if feats is None or feats.shape[0] != committed_pairs:
-            raise ValueError(f"vision drafter needs target features for all {committed_pairs} committed "
-                             f"positions before the root; got {None if feats is None else feats.shape[0]}")
+        tokens, feats, committed_pairs = committed_features(context, "vision")
         cached_pairs = self.head.cache_length + self.dropped
         if self.head.cache_length == 0:                       # first step of a request: the prompt
             idx, embeds = self.prompt_entries(tokens, feats, context.images)

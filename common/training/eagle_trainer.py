@@ -92,6 +92,22 @@ def adaspec_weights(head, reference, raw_feats, tokens, target_logits, valid, to
         return w
 
 
+def budget_batches(num_items: int, cfg: TrainConfig, state: TrainState, gen: torch.Generator, start: float,
+                   elapsed_before: float):
+    """Batches of item indices (a fresh shuffle whenever fewer than a batch remain) until the
+    token or time budget is spent; `elapsed_before` seconds were spent before `start`."""
+    order = torch.empty(0, dtype=torch.long)
+    while True:
+        minutes = (elapsed_before + time.perf_counter() - start) / 60
+        if (cfg.max_tokens is not None and state.tokens_seen >= cfg.max_tokens) or \
+           (cfg.max_minutes is not None and minutes >= cfg.max_minutes):
+            return
+        if order.numel() < cfg.batch_size:
+            order = torch.randperm(num_items, generator=gen)
+        batch, order = order[: cfg.batch_size], order[cfg.batch_size:]
+        yield batch
+
+
 def train_eagle_head(head: EagleHead, data: FeatureSet, w_draft: torch.Tensor, out_dir, cfg: TrainConfig,
                      reference: EagleHead | None = None, progress=True, log=print) -> TrainState:
     """Trains in place; resumes from out_dir's trainer state when present. Saves the head
@@ -119,15 +135,7 @@ def train_eagle_head(head: EagleHead, data: FeatureSet, w_draft: torch.Tensor, o
     elapsed0 = state.seconds
     bar = tqdm(total=cfg.max_tokens, initial=state.tokens_seen, unit="tok", disable=not progress,
                desc="train-drafter")
-    order = torch.empty(0, dtype=torch.long)
-    while True:
-        minutes = (elapsed0 + time.perf_counter() - start) / 60
-        if (cfg.max_tokens is not None and state.tokens_seen >= cfg.max_tokens) or \
-           (cfg.max_minutes is not None and minutes >= cfg.max_minutes):
-            break
-        if order.numel() < cfg.batch_size:
-            order = torch.randperm(len(data), generator=gen)
-        idx, order = order[: cfg.batch_size], order[cfg.batch_size:]
+    for idx in budget_batches(len(data), cfg, state, gen, start, elapsed0):
         feats, tokens, target_logits, valid = batch_tensors(data, idx, w_draft, cfg.steps)
         weights = None
         if cfg.adaspec_top is not None:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from ..drafters.base import ImageInputs
 from ..drafters.vision import VisionDrafter
-from .eagle_trainer import TrainConfig, TrainState
+from .eagle_trainer import TrainConfig, TrainState, budget_batches
 from .eagle_ttt import ttt_loss
 
 VISION_STATE_NAME = "vision_trainer_state.pt"
@@ -103,15 +103,7 @@ def train_vision_drafter(drafter: VisionDrafter, examples: list[VisionExample], 
     start, last_ckpt, elapsed0 = time.perf_counter(), time.perf_counter(), state.seconds
     bar = tqdm(total=cfg.max_tokens, initial=state.tokens_seen, unit="tok", disable=not progress,
                desc="train-drafter (vision)")
-    order = torch.empty(0, dtype=torch.long)
-    while True:
-        minutes = (elapsed0 + time.perf_counter() - start) / 60
-        if (cfg.max_tokens is not None and state.tokens_seen >= cfg.max_tokens) or \
-           (cfg.max_minutes is not None and minutes >= cfg.max_minutes):
-            break
-        if order.numel() < cfg.batch_size:
-            order = torch.randperm(len(examples), generator=gen)
-        batch, order = order[: cfg.batch_size], order[cfg.batch_size:]
+    for batch in budget_batches(len(examples), cfg, state, gen, start, elapsed0):
         opt.zero_grad(set_to_none=True)
         losses, acc0, n_tok = [], [], 0
         for i in batch.tolist():

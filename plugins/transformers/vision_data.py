@@ -9,6 +9,7 @@ lowest attention entropy (mean over heads) among its first 40% of layers.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
@@ -17,6 +18,7 @@ from tqdm import tqdm
 from sagespec.common.drafters import ImageInputs
 from sagespec.common.training.vision_trainer import VisionExample
 
+from .runtime import TextOnlyDraftWarning
 from .vision_prompts import vision_requests
 
 ENTROPY_LAYER_SHARE = 0.4
@@ -46,7 +48,9 @@ def vision_examples(target, generator, n: int, answer_tokens: int, layer_ids, en
     out = []
     for image, question in tqdm(vision_requests(n, seed), desc="target answers + features", unit="image"):
         prompt = target.encode_image_chat(question, [image])
-        answer = generator.generate(None, answer_tokens, image_prompt=prompt).tokens
+        with warnings.catch_warnings():   # a text head may draft the answers: their tokens are the target's
+            warnings.simplefilter("ignore", TextOnlyDraftWarning)
+            answer = generator.generate(None, answer_tokens, image_prompt=prompt).tokens
         tokens = torch.tensor(prompt.input_ids + answer)
         embeds = torch.cat([prompt.embeds, model.get_input_embeddings()(tokens[len(prompt.input_ids):])])
         model.set_attn_implementation("eager")    # attention probabilities for saliency and entropies

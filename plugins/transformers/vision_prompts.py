@@ -15,6 +15,17 @@ VISION_QUESTIONS = (
     "Which object in this image stands out the most, and why?",
     "Write a poem about this picture.",
 )
+# Questions no training example asks (benchmarks measure drafters trained on VISION_QUESTIONS).
+HELD_OUT_QUESTIONS = (
+    "What is happening in this picture?",
+    "Give this image a title and explain your choice.",
+    "Describe the colours in this image and the mood they create.",
+    "If this picture were a painting, what style would it be? Explain.",
+    "List three things you notice first in this image.",
+    "Explain this image to a child.",
+    "What would you change to make this picture more interesting?",
+    "Write a product description for a poster of this image.",
+)
 COLOURS = ("red", "green", "blue", "orange", "purple", "black", "yellow", "brown")
 SHAPES = ("ellipse", "rectangle", "polygon", "line")
 
@@ -43,6 +54,7 @@ def drawn_images(n: int, seed: int = 0) -> list:
     return [drawn_image(rng) for _ in range(n)]
 
 
-def vision_requests(n: int, seed: int = 0) -> list[tuple[object, str]]:
-    """n (image, question) pairs; questions cycle through VISION_QUESTIONS."""
-    return [(image, VISION_QUESTIONS[i % len(VISION_QUESTIONS)]) for i, image in enumerate(drawn_images(n, seed))]
+def vision_requests(n: int, seed: int = 0, held_out: bool = False) -> list[tuple[object, str]]:
+    """n (image, question) pairs; questions cycle through VISION_QUESTIONS (HELD_OUT_QUESTIONS)."""
+    questions = HELD_OUT_QUESTIONS if held_out else VISION_QUESTIONS
+    return [(image, questions[i % len(questions)]) for i, image in enumerate(drawn_images(n, seed))]

@@ -12,8 +12,9 @@ import torch
 from sagespec.common.drafters import ImageInputs
 
 
-def request_images(runner, req_id: str) -> ImageInputs | None:
-    """The request's image spans and rows, or None when it has no images or a row is missing."""
+def request_images(runner, req_id: str, attention: torch.Tensor | None = None) -> ImageInputs | None:
+    """The request's image spans and rows, or None when it has no images or a row is missing;
+    `attention` (the target's, over the whole prompt) gives the rows' saliency."""
     state = runner.requests.get(req_id)
     features = [f for f in (getattr(state, "mm_features", None) or []) if f.modality == "image"]
     if not features:
@@ -29,7 +30,10 @@ def request_images(runner, req_id: str) -> ImageInputs | None:
     rows = torch.cat(rows)
     if rows.shape[0] != sum(e - s for s, e in spans):
         return None
-    return ImageInputs(tuple(spans), rows)
+    images = ImageInputs(tuple(spans), rows)
+    if attention is not None:
+        images = ImageInputs(images.spans, rows, attention[images.positions].float())
+    return images
 
 
 def request_has_images(runner, req_id: str) -> bool:

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from sagespec.common.drafters import (DraftContext, DraftModelDrafter, EagleDrafter, EagleHead, NgramDrafter,
-                                      VisionDrafter, VisionModules)
+from sagespec.common.drafters import (DraftContext, DraftModelDrafter, EagleDrafter, EagleHead, ImageInputs,
+                                      NgramDrafter, VisionDrafter, VisionModules)
+from sagespec.common.drafters.vision_modules import embedding_saliency
 from sagespec.common.params import ConfigError
 from sagespec.common.policies import DecodeState, StepStats, TreeShape
 from sagespec.common.random_source import TorchRandom
@@ -98,6 +99,7 @@ class SageProposer:
         self.rng = TorchRandom(0)
         self.head: EagleHead | None = None
         self.vision_modules: VisionModules | None = None
+        self.saliency_layer_name: str | None = None   # where the target's attention is read (attention pruning)
         SageProposer.live.add(self)
         from vllm.platforms import current_platform
         # Tree attention is wired into vLLM's CPU attention backend only; elsewhere every tree is
@@ -123,12 +125,7 @@ class SageProposer:
 
     @staticmethod
     def _check_multimodal(options, model_takes_images: bool) -> None:
-        vision = options.vision
-        if vision is not None and vision.prune_by == "attention":
-            raise ConfigError(f"drafter {options.drafter!r}: prune_by 'attention' needs the target's attention "
-                              "scores, which the vLLM plugin does not read yet; set drafter_options "
-                              "{\"prune_by\": \"embedding\"}")
-        if model_takes_images and vision is None:
+        if model_takes_images and options.vision is None:
             message = (f"drafter {options.drafter!r} cannot see images: image requests are drafted from their "
                        "text alone (fewer drafts accepted; outputs unaffected); vision-aware drafters: "
                        "vispec, dream, vision-prune")
@@ -170,6 +167,8 @@ class SageProposer:
         if vision is not None:
             self.vision_modules = VisionModules.load_or_init(folder, vision, self.head.config.hidden_size)
             logger.info("sagespec: vision drafter %r: %s", self.options.drafter, vision)
+            if vision.prune_by == "attention":   # read at the text model's middle layer (attention_saliency)
+                self.saliency_layer_name = lm.model.layers[config.num_hidden_layers // 2].self_attn.attn.layer_name
 
     def _keep_logits_hidden(self, target_model) -> None:
         """The runner computes logits from the final hidden states of the rows it samples; keep
@@ -197,7 +196,7 @@ class SageProposer:
             state = self._state(req.req_id)
             self._commit_features(state, req)
             if req.images is not None and state.images is None:
-                state.images = req.images
+                state.images = self._with_saliency(req.req_id, req.images)
             if not sampled_token_ids[i] or req.mode == "off":   # prefill still running, or no speculation
                 drafts.append([])
                 continue
@@ -229,6 +228,17 @@ class SageProposer:
                 self.stats.rows_dropped.append(state.drafter.dropped)
             drafts.append(flat)
         return drafts
+
+    def _with_saliency(self, req_id: str, images):
+        """Attention pruning needs the target's attention; when the prefill gave none (another
+        platform, or the rows arrived after the prompt's last step) rows are scored by embedding."""
+        vision = self.options.vision
+        if vision.prune_by != "attention" or images.saliency is not None:
+            return images
+        logger.warning("sagespec: request %s: no target attention over its image rows was read; pruning them "
+                       "by embedding saliency", req_id)
+        scores = torch.cat([embedding_saliency(images.embeds[rows]) for rows in images.row_slices()])
+        return ImageInputs(images.spans, images.embeds, scores)
 
     def _state(self, req_id: str) -> RequestState:
         state = self.requests.get(req_id)

@@ -13,6 +13,7 @@ from sagespec.plugins._hooks import Hook, Patches
 from sagespec.plugins._hooks import refusal_reason as engine_refusal
 
 from . import output_marks
+from .attention_saliency import ActiveSaliency, plan_saliency, record_attention
 from .image_inputs import request_has_images, request_images
 from .options import ATTRIBUTE, OWNER, parse_sage_config
 from .step_view import build_step_view, row_entropy
@@ -79,6 +80,7 @@ def _prepare(original):
         # Slots are computed from linear positions by now; only RoPE positions change. Any other
         # runner in the process clears the step, so a stale plan never reaches its attention.
         ActiveStep.current = plan_tree_step(self, scheduler_output, self.drafter.trees) if _ours(self) else None
+        ActiveSaliency.current = plan_saliency(self, scheduler_output, self.drafter) if _ours(self) else None
         return out
     return prepare_inputs
 
@@ -86,9 +88,11 @@ def _prepare(original):
 def _attention(original):
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs):
         out = original(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
-        step = ActiveStep.current
+        step, probe = ActiveStep.current, ActiveSaliency.current
         if step is not None and attn_metadata is not None and kv_cache.numel():
             fix_attention_rows(step, self, layer, query, key, value, kv_cache, attn_metadata, output)
+        if probe is not None and attn_metadata is not None and kv_cache.numel():
+            record_attention(probe, self, layer, query, key, kv_cache, attn_metadata)
         return out
     return forward
 
@@ -127,8 +131,10 @@ def _propose(original):
             watermark = has_engine_watermark(self.vllm_config)
             modes = {i: draft_mode(getattr(self.requests.get(r), "sampling_params", None), watermark)
                      for i, r in enumerate(req_ids)}
+            probe, ActiveSaliency.current = ActiveSaliency.current, None
+            attention = probe.results if probe is not None else {}
             images = {i: (request_has_images(self, r),
-                          request_images(self, r) if self.drafter.wants_images(r) else None)
+                          request_images(self, r, attention.get(r)) if self.drafter.wants_images(r) else None)
                       for i, r in enumerate(req_ids)}
             self.drafter.step_view = build_step_view(
                 req_ids, sampled_token_ids, getattr(self, "_sagespec_entropy", None), spec_decode_metadata,
