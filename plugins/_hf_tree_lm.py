@@ -52,7 +52,8 @@ class HFTreeLM:
     def __init__(self, model, hidden_layer_ids=()):
         from transformers import DynamicCache
         register_attention(_backend["name"])
-        model.set_attn_implementation(ATTENTION_NAME)
+        # The text decoder only: a vision tower's attention is bidirectional and stays the model's own.
+        model.get_decoder().set_attn_implementation(ATTENTION_NAME)
         self.model = model
         self.vocab_size = model.config.get_text_config().vocab_size
         self.hidden_layer_ids = tuple(hidden_layer_ids)

@@ -211,3 +211,40 @@ def test_vision_modules_round_trip(tmp_path, model):
         assert torch.equal(a, b), name
     with pytest.raises(ConfigError, match="was trained with"):
         VisionModules.load_or_init(tmp_path, VARIANTS["prune"], hidden)
+
+
+def test_an_image_at_the_prompts_start(model, pixels):
+    """Position 0 has no feature before it: its row cannot enter the draft; nothing else moves."""
+    prompt = [TINY_IMAGE_TOKEN] * IMAGE_ROWS + [9, 5, 7, 9, 5, 7, 11, 3]
+    ref = copy.deepcopy(model)
+    ref.set_attn_implementation("sdpa")
+    expected = ref.generate(input_ids=torch.tensor([prompt]), pixel_values=pixels, max_new_tokens=16,
+                            min_new_tokens=16, do_sample=False)[0, len(prompt):].tolist()
+    image_prompt = build_image_prompt(model, prompt, pixels)
+    # compress none keeps rows 1..15; the adaptor's one token sits at the span's last position
+    for config, kept, first in [(VisionConfig(compress="none"), IMAGE_ROWS - 1, 1),
+                                (VARIANTS["vispec"], 1, IMAGE_ROWS - 1)]:
+        drafter = vision_drafter(model, config)
+        assert generator(model, drafter).generate(None, 16, image_prompt=image_prompt).tokens == expected
+        assert drafter.dropped == IMAGE_ROWS - 1 - kept       # rows at positions 1..15 are pairs
+        assert drafter.cache_positions[0] == first and bool((drafter.cache_positions.diff() > 0).all())
+
+
+def test_the_runtime_leaves_the_vision_towers_attention_alone(pixels):
+    """Tree attention goes to the text decoder only: the vision tower's attention is bidirectional,
+    so image rows are the same before and after the model runs in the runtime."""
+    from sagespec.plugins._hf_tree_lm import ATTENTION_NAME
+    model = tiny_llava(seed=0)
+    before = build_image_prompt(model, PROMPT, pixels).embeds
+    generator(model, None).generate(None, 2, image_prompt=build_image_prompt(model, PROMPT, pixels))
+    assert model.get_decoder().config._attn_implementation == ATTENTION_NAME
+    assert model.config.vision_config._attn_implementation != ATTENTION_NAME
+    torch.testing.assert_close(build_image_prompt(model, PROMPT, pixels).embeds, before, rtol=0, atol=0)
+
+
+def test_a_text_model_runs_on_tree_attention():
+    from sagespec.plugins._hf_tree_lm import ATTENTION_NAME
+    from tiny_models import tiny_llama
+    model = tiny_llama(seed=0)
+    HFTreeLM(model)
+    assert model.config._attn_implementation == ATTENTION_NAME

@@ -168,12 +168,14 @@ class VisionDrafter:
         kept_features = []
         for (s, e), rows, span in zip(images.spans, self.kept_rows(images), images.row_slices()):
             span_rows = images.embeds[span]
-            keep[s - 1: e - 1] = False                        # pair t carries token t + 1
+            rows = rows[s + rows >= 1]                         # position 0 pairs with no feature: no entry
+            keep[max(s, 1) - 1: e - 1] = False                 # pair t carries token t + 1
             keep[s - 1 + rows] = True
             if self.modules.adaptor is not None:
                 token, g = self.modules.adaptor(span_rows)
-                embeds[e - 2] = token.to(embeds.dtype)
                 self._g = g
+                if rows.numel():
+                    embeds[e - 2] = token.to(embeds.dtype)
             else:
                 embeds[s - 1 + rows] = span_rows[rows].to(embeds.dtype)
             kept_features.append(feats[s + rows])             # the target's features at the kept rows

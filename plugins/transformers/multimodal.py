@@ -25,6 +25,9 @@ def image_token_id(model) -> int:
     if tid is None or not hasattr(model, "get_image_features"):
         raise ConfigError(f"{type(model).__name__} is not a vision-language model: image prompts need one "
                           "(e.g. the 'smollm2-llava' stand-in)")
+    if not all(hasattr(model.config, k) for k in ("vision_feature_layer", "vision_feature_select_strategy")):
+        raise ConfigError(f"{type(model).__name__}: the reference runtime takes LLaVA-style models (image rows "
+                          "in place of placeholder tokens, 1-D positions); this one is not supported yet")
     return int(tid)
 
 

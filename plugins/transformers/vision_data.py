@@ -44,7 +44,8 @@ def vision_examples(target, generator, n: int, answer_tokens: int, layer_ids, en
     model = target.model
     text_config = model.config.get_text_config()
     middle = text_config.num_hidden_layers // 2
-    attn_impl = model.config._attn_implementation
+    decoder = model.get_decoder()
+    attn_impl = decoder.config._attn_implementation
     out = []
     for image, question in tqdm(vision_requests(n, seed), desc="target answers + features", unit="image"):
         prompt = target.encode_image_chat(question, [image])
@@ -53,12 +54,12 @@ def vision_examples(target, generator, n: int, answer_tokens: int, layer_ids, en
             answer = generator.generate(None, answer_tokens, image_prompt=prompt).tokens
         tokens = torch.tensor(prompt.input_ids + answer)
         embeds = torch.cat([prompt.embeds, model.get_input_embeddings()(tokens[len(prompt.input_ids):])])
-        model.set_attn_implementation("eager")    # attention probabilities for saliency and entropies
+        decoder.set_attn_implementation("eager")  # attention probabilities for saliency and entropies
         try:
-            res = model.get_decoder()(inputs_embeds=embeds[None], output_hidden_states=True,
+            res = decoder(inputs_embeds=embeds[None], output_hidden_states=True,
                                       output_attentions=True)
         finally:
-            model.set_attn_implementation(attn_impl)
+            decoder.set_attn_implementation(attn_impl)
         hs = res.hidden_states
         images = prompt.images
         saliency = res.attentions[middle][0, :, len(prompt.input_ids) - 1].mean(0)[images.positions]

@@ -61,7 +61,7 @@ def run_vision(args) -> int:
     layers = head.config.target_layer_ids
     answer_drafter = EagleDrafter(EagleHead.load(init, embed, lm_head, text_cfg.num_hidden_layers)) if init else None
     fields = [args.model, args.dtype, args.images, args.answer_tokens, list(layers), args.entropy_supervision,
-              args.seed, "vision-v1"]
+              args.seed, "vision-v2"]
     path = cache_dir() / f"vision-examples-{hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:16]}.pt"
 
     def build():

@@ -108,6 +108,11 @@ class SageProposer:
         if not self.trees_allowed:
             logger.warning("sagespec: tree attention is implemented for vLLM's CPU backend only; "
                            "drafting chains on %s", current_platform.device_type)
+        elif getattr(vllm_config.model_config, "uses_mrope", False):
+            # Tree positions are written as 1-D prefix + depth; M-RoPE's 3-D positions are not yet.
+            self.trees_allowed = False
+            logger.warning("sagespec: this model uses M-RoPE positions, which tree verification does not "
+                           "write yet: drafting chains (positions left to vLLM)")
         hf = vllm_config.model_config.hf_text_config
         self._check_multimodal(options, vllm_config.model_config.is_multimodal_model)
         check_acceptance(options.acceptance, options.acceptance_options, hf.vocab_size, hf.hidden_size)
@@ -139,11 +144,12 @@ class SageProposer:
         return self.head.config.target_layer_ids if self.head is not None else ()
 
     def wants_images(self, req_id: str) -> bool:
-        """Whether the runner should look for this request's images (vision drafters, not yet seen)."""
+        """Whether the runner should look for this request's images: vision drafters, before the
+        request's first draft (the drafter lays out the prompt, images included, only then)."""
         if self.options.vision is None:
             return False
         state = self.requests.get(req_id)
-        return state is None or state.images is None
+        return state is None or (state.images is None and state.steps == 0)
 
     def load_model(self, target_model) -> None:
         """vLLM hands over the target model once loaded; the EAGLE head shares its embeddings."""
@@ -195,7 +201,7 @@ class SageProposer:
         for i, req in enumerate(view.requests):
             state = self._state(req.req_id)
             self._commit_features(state, req)
-            if req.images is not None and state.images is None:
+            if req.images is not None and state.images is None and state.steps == 0:
                 state.images = self._with_saliency(req.req_id, req.images)
             if not sampled_token_ids[i] or req.mode == "off":   # prefill still running, or no speculation
                 drafts.append([])
