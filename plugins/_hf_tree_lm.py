@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from sagespec.kernels import commit_accepted_kv, tree_attention
+from sagespec.kernels import commit_accepted_kv, row_attention, tree_attention
 
 ATTENTION_NAME = "sagespec_tree"
 _backend = {"name": "auto"}
@@ -15,12 +15,6 @@ _backend = {"name": "auto"}
 _probe: dict = {"layer": None, "weights": None}
 
 
-def _keep_last_row_attention(query, key, scaling, mask) -> None:
-    q = query[0, :, -1:].float()                                     # [Hq, 1, D]
-    k = key[0].float().repeat_interleave(query.shape[1] // key.shape[1], 0)
-    scores = (q @ k.transpose(1, 2))[:, 0] * (scaling if scaling is not None else q.shape[-1] ** -0.5)
-    scores = scores.masked_fill(~mask[-1], float("-inf"))
-    _probe["weights"] = scores.softmax(-1).mean(0)
 
 
 def _hf_tree_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -35,7 +29,7 @@ def _hf_tree_attention(module, query, key, value, attention_mask, scaling=None, 
         if mask.dtype != torch.bool:
             mask = mask == 0
     if _probe["layer"] is not None and getattr(module, "layer_idx", None) == _probe["layer"]:
-        _keep_last_row_attention(query, key, scaling, mask)
+        _probe["weights"] = row_attention(query[0, :, -1], key[0].transpose(0, 1), scaling, mask[-1])
     out = tree_attention(query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
                          torch.tensor([0, q_len]), torch.tensor([0, kv_len]), mask.reshape(-1),
                          sm_scale=scaling, backend=_backend["name"])

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from sagespec.kernels import row_attention
+
 from .kv_layout import probe_layout
 
 
@@ -56,7 +58,4 @@ def record_attention(probe: SaliencyProbe, impl, layer, query, key, kv_cache, at
         if prefix:
             k_prefix, _ = layout.gather_prefix(kv_cache, attn_metadata.block_table[req_idx], prefix)
             keys = torch.cat([k_prefix, keys])
-        q = query[last].float()                                            # [Hq, D]
-        k = keys.float().repeat_interleave(q.shape[0] // keys.shape[1], 1)  # [length, Hq, D]
-        scores = torch.einsum("hd,thd->ht", q, k) * impl.scale
-        probe.results[req_id] = scores.softmax(-1).mean(0).cpu()
+        probe.results[req_id] = row_attention(query[last], keys, impl.scale).cpu()
