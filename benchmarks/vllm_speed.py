@@ -9,7 +9,12 @@ process), at each batch size asked for. Writes JSON plus a chart. Run it in the 
     .venv-vllm/bin/python benchmarks/vllm_speed.py --num-prompts 20 --max-tokens 128 --batch 1,4
 
 At batch 1 every prompt is timed on its own and speedups are medians of per-prompt ratios against
-plain vLLM (paired); at larger batches they are ratios of total throughput.
+plain vLLM (paired); at larger batches they are ratios of total throughput. `--modes` runs vLLM
+the way its users do (`compiled`: vLLM's defaults, torch.compile on) and/or `eager`
+(enforce_eager); every ratio compares configurations of the same mode. For sage configurations
+each verify step is broken down into sage's own parts (drafting, tree attention, verification,
+bookkeeping) and the rest (the engine: its forward, sampler and scheduler), also as a fraction of
+a plain decode step of the same mode and batch; the chart's right panel stacks that breakdown.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import time
 from pathlib import Path
 
 from sagespec.plugins.transformers.chat_prompts import chat_prompt_ids
+from sagespec.common.step_times import SECTIONS
 from sagespec.plugins.vllm.metrics import spec_decode_counters
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -49,13 +55,20 @@ def export_eagle3(model: Path, out_dir: Path) -> Path:
     return export_head_for_vllm(shipped_head("smollm2"), model, out_dir)
 
 
-def run(model: Path, spec, ids, max_tokens: int, batch: int, dtype: str) -> dict:
+def sage_times(llm) -> dict | None:
+    """The live sage proposer's section totals (None for other methods)."""
+    from sagespec.plugins.vllm.proposer import SageProposer
+    live = list(SageProposer.live)
+    return live[0].times.totals() if live else None
+
+
+def run(model: Path, spec, ids, max_tokens: int, batch: int, dtype: str, eager: bool) -> dict:
     from vllm import LLM, SamplingParams, TokensPrompt
     llm = LLM(model=str(model), dtype=dtype, speculative_config=spec, max_model_len=2048, seed=0,
-              max_num_seqs=batch, disable_log_stats=False, enforce_eager=True)
+              max_num_seqs=batch, disable_log_stats=False, enforce_eager=eager)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     llm.generate([TokensPrompt(prompt_token_ids=ids[0])], params, use_tqdm=False)  # warm-up
-    before = spec_decode_counters(llm)
+    before, times_before = spec_decode_counters(llm), sage_times(llm)
     # Batch 1: one prompt per call, timed on its own (paired per-prompt ratios); else all at once.
     groups = [[p] for p in ids] if batch == 1 else [ids]
     tokens, per_prompt_seconds = [], []
@@ -66,14 +79,21 @@ def run(model: Path, spec, ids, max_tokens: int, batch: int, dtype: str) -> dict
         per_prompt_seconds.append(time.perf_counter() - t0)
         tokens += [list(o.outputs[0].token_ids) for o in outs]
     seconds = time.perf_counter() - start
-    after = spec_decode_counters(llm)
+    after, times_after = spec_decode_counters(llm), sage_times(llm)
+    breakdown = None
+    if times_before is not None:
+        spent = {k: times_after[k] - times_before[k] for k in times_after}
+        steps = max(spent.pop("steps"), 1)
+        breakdown = {k: v / steps for k, v in spent.items()}
+        breakdown["engine_and_other"] = seconds / steps - sum(breakdown.values())
+        breakdown["verify_steps"] = steps
     drafts = after["vllm:spec_decode_num_drafts"] - before["vllm:spec_decode_num_drafts"]
     accepted = after["vllm:spec_decode_num_accepted_tokens"] - before["vllm:spec_decode_num_accepted_tokens"]
     n_tokens = sum(len(t) for t in tokens)
     per_prompt = ([len(t) / s for t, s in zip(tokens, per_prompt_seconds)] if batch == 1 else [])
     return {"seconds": seconds, "tokens": n_tokens, "tok_per_s": n_tokens / seconds,
             "per_prompt_tok_per_s": per_prompt, "tau": 1 + accepted / drafts if drafts else 1.0,
-            "outputs": tokens}
+            "outputs": tokens, "step_seconds": breakdown}
 
 
 def ratio(r: dict, base: dict | None) -> float | None:
@@ -85,15 +105,21 @@ def ratio(r: dict, base: dict | None) -> float | None:
     return r["tok_per_s"] / base["tok_per_s"]
 
 
-def rows_for(results: dict, batch: int, num_prompts: int) -> list[dict]:
-    base, eagle3 = results.get("plain"), results.get("vllm-eagle3")
+def rows_for(results: dict, mode: str, batch: int, num_prompts: int) -> list[dict]:
+    base = results.get("plain")
+    plain_step = base["seconds"] / (base["tokens"] / batch) if base else None   # one plain decode step
     rows = []
     for name, r in results.items():
-        rows.append({"config": name, "batch": batch, "spec": CONFIGS[name], "tok_per_s": r["tok_per_s"],
-                     "tau": r["tau"], "speedup_vs_plain": ratio(r, base),
-                     "speedup_vs_vllm_eagle3": ratio(r, eagle3),
+        steps = r["step_seconds"]
+        own = sum(v for k, v in steps.items() if k in SECTIONS) if steps else None
+        rows.append({"config": name, "mode": mode, "batch": batch, "spec": CONFIGS[name],
+                     "tok_per_s": r["tok_per_s"], "tau": r["tau"], "speedup_vs_plain": ratio(r, base),
+                     "speedup_vs_vllm_ngram": ratio(r, results.get("vllm-ngram")),
+                     "speedup_vs_vllm_eagle3": ratio(r, results.get("vllm-eagle3")),
                      "same_as_plain": sum(a == b for a, b in zip(r["outputs"], base["outputs"])) if base else None,
-                     "num_prompts": num_prompts, "seconds": r["seconds"], "tokens": r["tokens"]})
+                     "num_prompts": num_prompts, "seconds": r["seconds"], "tokens": r["tokens"],
+                     "step_seconds": steps, "plain_step_seconds": plain_step,
+                     "sage_own_vs_plain_step": own / plain_step if own is not None and plain_step else None})
     return rows
 
 
@@ -103,6 +129,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--batch", default="1,4", help="comma-separated batch sizes (max_num_seqs)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--modes", default="compiled", help="comma-separated, from ['compiled', 'eager']: vLLM's "
+                    "default compiled forward and/or enforce_eager")
     ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from {list(CONFIGS)}")
     ap.add_argument("--out", default="benchmarks/results/vllm_speed.json")
     ap.add_argument("--one", help=argparse.SUPPRESS)        # internal: run one config, write --out
@@ -112,6 +140,9 @@ def main() -> None:
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:
         ap.error(f"--configs: unknown {unknown}; allowed: {list(CONFIGS)}")
+    modes = args.modes.split(",")
+    if not modes or any(m not in ("compiled", "eager") for m in modes):
+        ap.error(f"--modes: {args.modes!r}; allowed: compiled, eager (comma-separated)")
     try:
         batches = [int(b) for b in args.batch.split(",")]
     except ValueError:
@@ -124,28 +155,32 @@ def main() -> None:
         spec = CONFIGS[args.one]
         if spec and spec.get("model") == EAGLE3_DIR:
             spec = {**spec, "model": args.eagle3_dir}
-        result = run(model, spec, chat_prompt_ids(model, args.num_prompts), args.max_tokens, batches[0], args.dtype)
+        result = run(model, spec, chat_prompt_ids(model, args.num_prompts), args.max_tokens, batches[0], args.dtype,
+                     eager=modes[0] == "eager")
         Path(args.out).write_text(json.dumps(result))
         return
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         eagle3 = str(export_eagle3(model, Path(tmp) / "eagle3")) if "vllm-eagle3" in names else ""
-        for batch in batches:
-            results = {}
-            for name in names:
-                part = Path(tmp) / f"{name}-{batch}.json"
-                cmd = [sys.executable, __file__, "--one", name, "--out", str(part), "--num-prompts",
-                       str(args.num_prompts), "--max-tokens", str(args.max_tokens), "--batch", str(batch),
-                       "--dtype", args.dtype, "--eagle3-dir", eagle3]
-                print(f"== {name}, batch {batch}", flush=True)
-                subprocess.run(cmd, check=True)
-                results[name] = json.loads(part.read_text())
-            rows += rows_for(results, batch, args.num_prompts)
+        for mode in modes:
+            for batch in batches:
+                results = {}
+                for name in names:
+                    part = Path(tmp) / f"{name}-{mode}-{batch}.json"
+                    cmd = [sys.executable, __file__, "--one", name, "--out", str(part), "--num-prompts",
+                           str(args.num_prompts), "--max-tokens", str(args.max_tokens), "--batch", str(batch),
+                           "--dtype", args.dtype, "--modes", mode, "--eagle3-dir", eagle3]
+                    print(f"== {name}, {mode}, batch {batch}", flush=True)
+                    subprocess.run(cmd, check=True)
+                    results[name] = json.loads(part.read_text())
+                rows += rows_for(results, mode, batch, args.num_prompts)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"model": "SmolLM2-135M-Instruct", "dataset": "mt-bench", "num_prompts": args.num_prompts,
-            "max_tokens": args.max_tokens, "batches": batches, "dtype": args.dtype, "greedy": True,
-            "speedup": "batch 1: median of per-prompt ratios; batch > 1: ratio of throughputs"}
+            "max_tokens": args.max_tokens, "batches": batches, "modes": modes, "dtype": args.dtype, "greedy": True,
+            "speedup": "batch 1: median of per-prompt ratios; batch > 1: ratio of throughputs",
+            "step_seconds": "per verify step with trees: sage's sections, and the engine's forward, sampler, "
+                            "scheduler and prefills (engine_and_other)"}
     out.write_text(json.dumps({"meta": meta, "results": rows}, indent=2) + "\n")
     print(table(rows))
     plot(rows, out.with_suffix(".png"), meta)
@@ -154,12 +189,20 @@ def main() -> None:
 def table(rows: list[dict]) -> str:
     def x(v):
         return f"{v:.2f}x" if v is not None else "-"
-    lines = ["| config | batch | tok/s | tau | vs plain | vs vLLM eagle3 | same as plain |",
-             "|---|---|---|---|---|---|---|"]
+
+    def own(r):
+        steps = r["step_seconds"]
+        if not steps:
+            return "-"
+        parts = "/".join(f"{steps[k] * 1e3:.1f}" for k in SECTIONS)
+        return f"{parts} ({r['sage_own_vs_plain_step']:.0%})"
+    lines = ["| config | mode | batch | tok/s | tau | vs plain | vs vLLM ngram | vs vLLM eagle3 | same as plain | "
+             "sage ms/step: draft/attn/verify/book (of a plain step) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['config']} | {r['batch']} | {r['tok_per_s']:.1f} | {r['tau']:.2f} | "
-                     f"{x(r['speedup_vs_plain'])} | {x(r['speedup_vs_vllm_eagle3'])} | "
-                     f"{r['same_as_plain']}/{r['num_prompts']} |")
+        lines.append(f"| {r['config']} | {r['mode']} | {r['batch']} | {r['tok_per_s']:.1f} | {r['tau']:.2f} | "
+                     f"{x(r['speedup_vs_plain'])} | {x(r['speedup_vs_vllm_ngram'])} | "
+                     f"{x(r['speedup_vs_vllm_eagle3'])} | {r['same_as_plain']}/{r['num_prompts']} | {own(r)} |")
     return "\n".join(lines)
 
 
@@ -167,20 +210,31 @@ def plot(rows, path: Path, meta) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    groups = list(dict.fromkeys((r["mode"], r["batch"]) for r in rows))
     configs = list(dict.fromkeys(r["config"] for r in rows))
-    batches = meta["batches"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(configs) * len(batches) + 1.5))
-    height = 0.8 / len(batches)
-    for k, batch in enumerate(batches):
-        by = {r["config"]: r for r in rows if r["batch"] == batch}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.45 * len(configs) * len(groups) + 2))
+    height = 0.8 / len(groups)
+    for k, (mode, batch) in enumerate(groups):
+        by = {r["config"]: r for r in rows if (r["mode"], r["batch"]) == (mode, batch)}
         ys = [i + k * height for i in range(len(configs))]
-        for ax, key in zip(axes, ("tok_per_s", "tau")):
-            ax.barh(ys, [by[c][key] if c in by else 0 for c in configs], height, label=f"batch {batch}")
-    for ax, label in zip(axes, ("tokens / s", "tau (tokens per verify)")):
-        ax.set_yticks([i + 0.4 - height / 2 for i in range(len(configs))], configs)
-        ax.set_xlabel(label)
-        ax.invert_yaxis()
-    axes[0].legend()
+        left.barh(ys, [by[c]["tok_per_s"] if c in by else 0 for c in configs], height, label=f"{mode}, batch {batch}")
+    left.set_yticks([i + 0.4 - height / 2 for i in range(len(configs))], configs)
+    left.set_xlabel("tokens / s")
+    left.invert_yaxis()
+    left.legend()
+    sage = [r for r in rows if r["step_seconds"]]
+    labels = [f"{r['config']} ({r['mode']}, b{r['batch']}, tau {r['tau']:.2f})" for r in sage]
+    bottom = [0.0] * len(sage)
+    for part in (*SECTIONS, "engine_and_other"):
+        ms = [r["step_seconds"][part] * 1e3 for r in sage]
+        right.barh(range(len(sage)), ms, left=bottom, label=part.replace("_", " "))
+        bottom = [b + m for b, m in zip(bottom, ms)]
+    right.scatter([r["plain_step_seconds"] * 1e3 * r["tau"] for r in sage], range(len(sage)), marker="|", s=300,
+                  color="black", label="plain time for tau tokens (break-even)", zorder=3)
+    right.set_yticks(range(len(sage)), labels)
+    right.set_xlabel("ms per verify step")
+    right.invert_yaxis()
+    right.legend(fontsize=8)
     fig.suptitle(f"vLLM CPU, {meta['model']}, {meta['dtype']}, {meta['num_prompts']} MT-Bench x "
                  f"{meta['max_tokens']}, greedy")
     fig.tight_layout()

@@ -82,28 +82,6 @@ def test_row_entropy():
     assert row_entropy(logits).tolist() == pytest.approx([torch.log(torch.tensor(4.0)).item(), 0.0])
 
 
-def test_block_layout_gathers_and_moves_slots():
-    from sagespec.plugins.vllm.kv_layout import BlockLayout
-    bs, heads, dim = 4, 2, 3
-    # A column-major K / row-major V layout, like vLLM's CPU "vec" kernels use.
-    k_index = torch.tensor([[d * bs + o for d in range(dim)] for o in range(bs)])
-    v_index = torch.tensor([[bs * dim + o * dim + d for d in range(dim)] for o in range(bs)])
-    layout = BlockLayout(bs, k_index, v_index)
-    cache = torch.zeros(3, heads, bs, 2 * dim)
-    raw = cache.view(3, heads, -1)
-    for slot in range(3 * bs):
-        b, o = divmod(slot, bs)
-        raw[b, :, k_index[o]] = slot + torch.arange(dim, dtype=torch.float)
-        raw[b, :, v_index[o]] = -slot - torch.arange(dim, dtype=torch.float)
-    k, v = layout.gather(cache, torch.tensor([5, 0, 11]))
-    assert k[:, 0, 0].tolist() == [5, 0, 11] and v[:, 1, 2].tolist() == [-7, -2, -13]
-    k, v = layout.gather_prefix(cache, torch.tensor([2, 0, 1]), 6)  # blocks in the request's order
-    assert k[:, 0, 0].tolist() == [8, 9, 10, 11, 0, 1] and v[:, 1, 1].tolist() == [-9, -10, -11, -12, -1, -2]
-    layout.move(cache, torch.tensor([9, 6]), torch.tensor([6, 7]))  # overlapping: sources read first
-    k, v = layout.gather(cache, torch.tensor([6, 7, 9]))
-    assert k[:, 0, 0].tolist() == [9, 6, 9] and v[:, 0, 0].tolist() == [-9, -6, -9]
-
-
 def test_draft_mode_by_request_options():
     from sagespec.plugins.vllm.tree_step import draft_mode
     plain = dict(structured_outputs=None, logprobs=None, presence_penalty=0.0, frequency_penalty=0.0,

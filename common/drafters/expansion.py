@@ -54,17 +54,19 @@ def _draft_dist(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 
 def _grow_dynamic(root_token, root_logits, scorer, shape, params) -> DraftTree:
+    """Each level costs one batched softmax, log and top-k over the whole frontier (row-wise ops:
+    the same values as one row at a time)."""
     k = shape.width
     tokens, parents, depths = [root_token], [-1], [0]
     scores = [0.0]
     dist = {0: _draft_dist(root_logits, params)}
     frontier = [0]
     for level in range(shape.depth):
+        rows = torch.stack([dist[f] for f in frontier])
+        top = torch.topk(torch.log(rows.clamp_min(1e-30)), min(k, rows.shape[-1]), dim=-1)
         cand = []  # (score, parent, token)
-        for f in frontier:
-            logp = torch.log(dist[f].clamp_min(1e-30))
-            top = torch.topk(logp, min(k, logp.numel()))
-            for lp, tok in zip(top.values.tolist(), top.indices.tolist()):
+        for f, lps, toks in zip(frontier, top.values.tolist(), top.indices.tolist()):
+            for lp, tok in zip(lps, toks):
                 if lp > -60.0:  # skip tokens the draft gives no mass (top-k/top-p cut)
                     cand.append((scores[f] + lp, f, tok))
         if not cand:
@@ -81,8 +83,8 @@ def _grow_dynamic(root_token, root_logits, scorer, shape, params) -> DraftTree:
         if level + 1 < shape.depth:
             logits = scorer.score(frontier, [tokens[i] for i in frontier],
                                   [parents[i] for i in frontier], [depths[i] for i in frontier])
-            for i, row in zip(frontier, logits):
-                dist[i] = _draft_dist(row, params)
+            for i, row in zip(frontier, _draft_dist(logits, params)):
+                dist[i] = row
     # Rerank: best `budget` drafted nodes by path score; stable sort keeps parents first on ties.
     order = sorted(range(1, len(tokens)), key=lambda i: -scores[i])[: shape.budget]
     keep = [0] + sorted(order)

@@ -14,7 +14,7 @@ import torch
 
 from sagespec.kernels import row_attention
 
-from .kv_layout import probe_layout
+from .kv_layout import layer_layout, regions
 
 
 @dataclass
@@ -50,12 +50,11 @@ def record_attention(probe: SaliencyProbe, impl, layer, query, key, kv_cache, at
     """At the probe's layer: each planned request's last-row attention over its prompt."""
     if getattr(layer, "layer_name", None) != probe.layer_name:
         return
-    head_dim = kv_cache.shape[-1] // 2
-    layout = probe_layout(layer.isa, kv_cache.dtype, kv_cache.shape[2], head_dim)
+    layout = layer_layout(layer, kv_cache)
     for req_id, (req_idx, last, prefix, length) in probe.rows.items():
         first = last - (length - prefix) + 1
         keys = key[first: last + 1]
         if prefix:
-            k_prefix, _ = layout.gather_prefix(kv_cache, attn_metadata.block_table[req_idx], prefix)
+            k_prefix, _ = layout.gather_prefix(regions(kv_cache), attn_metadata.block_table[req_idx], prefix)
             keys = torch.cat([k_prefix, keys])
         probe.results[req_id] = row_attention(query[last], keys, impl.scale).cpu()

@@ -24,6 +24,7 @@ from sagespec.common.params import ConfigError
 from sagespec.common.policies import DecodeState, StepStats, TreeShape
 from sagespec.common.random_source import TorchRandom
 from sagespec.common.sampling import SamplingParams
+from sagespec.common.step_times import StepTimes
 from sagespec.common.tree import DraftTree
 from sagespec.common.verify import rule_needs_hidden
 from sagespec.common.verify.acceptance import check_acceptance
@@ -96,6 +97,7 @@ class SageProposer:
         self.trees: dict[str, DraftTree] = {}   # req_id -> the tree (chains too) sagespec verifies next
         self.step_view: StepView | None = None
         self.stats = ShapeStats()
+        self.times = StepTimes()   # where the runner hooks and propose() add their time (benchmarks read it)
         self.rng = TorchRandom(0)
         self.head: EagleHead | None = None
         self.vision_modules: VisionModules | None = None
@@ -189,6 +191,10 @@ class SageProposer:
     # ---- the proposer contract -------------------------------------------------------------
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None,
                 **_unused) -> list[list[int]]:
+        with self.times("drafting"):
+            return self._propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+
+    def _propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu) -> list[list[int]]:
         view, self.step_view = self.step_view, None
         if view is None or len(view.requests) != len(sampled_token_ids):
             raise RuntimeError("sagespec: the runner hook did not describe this step; the plugin's "

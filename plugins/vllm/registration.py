@@ -8,6 +8,9 @@ fails with that reason.
 from __future__ import annotations
 
 import logging
+import time
+
+import torch
 
 from sagespec.plugins._hooks import Hook, Patches
 from sagespec.plugins._hooks import refusal_reason as engine_refusal
@@ -79,7 +82,10 @@ def _prepare(original):
         out = original(self, scheduler_output, num_scheduled_tokens)
         # Slots are computed from linear positions by now; only RoPE positions change. Any other
         # runner in the process clears the step, so a stale plan never reaches its attention.
-        ActiveStep.current = plan_tree_step(self, scheduler_output, self.drafter.trees) if _ours(self) else None
+        ActiveStep.current = None
+        if _ours(self):
+            with self.drafter.times("tree_attention"):
+                ActiveStep.current = plan_tree_step(self, scheduler_output, self.drafter.trees, self.drafter.times)
         ActiveSaliency.current = plan_saliency(self, scheduler_output, self.drafter) if _ours(self) else None
         return out
     return prepare_inputs
@@ -90,7 +96,8 @@ def _attention(original):
         out = original(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
         step, probe = ActiveStep.current, ActiveSaliency.current
         if step is not None and attn_metadata is not None and kv_cache.numel():
-            fix_attention_rows(step, self, layer, query, key, value, kv_cache, attn_metadata, output)
+            with step.times("tree_attention"):
+                fix_attention_rows(step, self, layer, query, kv_cache, attn_metadata, output)
         if probe is not None and attn_metadata is not None and kv_cache.numel():
             record_attention(probe, self, layer, query, key, kv_cache, attn_metadata)
         return out
@@ -101,22 +108,34 @@ def _sample(original):
     def sample(self, logits, spec_decode_metadata):
         if not _ours(self) or logits is None:
             return original(self, logits, spec_decode_metadata)
-        # Before sampling: samplers may scale logits in place.
-        self._sagespec_entropy = row_entropy(logits).cpu()
         step, ActiveStep.current = ActiveStep.current, None
         self._sagespec_accepted = {}
+        # Entropies are read before sampling (samplers may scale logits in place), only where a
+        # request's next draft needs one: a tree's comes from its verified rows (verify_and_commit).
         if step is None or spec_decode_metadata is None:
+            self._sagespec_entropy = row_entropy(logits).cpu()
             return original(self, logits, spec_decode_metadata)
+        start = time.perf_counter()
         cu = spec_decode_metadata.cu_num_sampled_tokens.cpu().tolist()
         starts = {e.req_idx: cu[e.req_idx] - e.scheduled for e in step.entries}
         rows = {e.req_idx: logits[starts[e.req_idx]: starts[e.req_idx] + e.n].float().clone() for e in step.entries}
+        in_trees = set()
+        for e in step.entries:
+            in_trees.update(range(starts[e.req_idx], starts[e.req_idx] + e.scheduled))
+        others = [r for r in range(logits.shape[0]) if r not in in_trees]
+        self._sagespec_entropy = torch.zeros(logits.shape[0])
+        if others:
+            self._sagespec_entropy[others] = row_entropy(logits[others]).cpu()
         hidden = self.drafter.logits_hidden  # set only when the acceptance rule reads hidden states
         hidden_rows = None if hidden is None else {
             e.req_idx: hidden[starts[e.req_idx]: starts[e.req_idx] + e.n].float() for e in step.entries}
+        ours = time.perf_counter() - start
         output = original(self, logits, spec_decode_metadata)
+        start = time.perf_counter()
         options = self.drafter.options
         verify_and_commit(step, self, rows, output, self._sagespec_entropy, starts, options.acceptance,
                           options.acceptance_options, hidden_rows)
+        step.times.add("verification", ours + time.perf_counter() - start)
         self._sagespec_accepted = {e.req_idx: e.accepted for e in step.entries}
         return output
     return sample
@@ -131,6 +150,7 @@ def _propose(original):
             watermark = has_engine_watermark(self.vllm_config)
             modes = {i: draft_mode(getattr(self.requests.get(r), "sampling_params", None), watermark)
                      for i, r in enumerate(req_ids)}
+            start = time.perf_counter()
             probe, ActiveSaliency.current = ActiveSaliency.current, None
             attention = probe.results if probe is not None else {}
             images = {i: (request_has_images(self, r),
@@ -140,6 +160,7 @@ def _propose(original):
                 req_ids, sampled_token_ids, getattr(self, "_sagespec_entropy", None), spec_decode_metadata,
                 common_attn_metadata, aux_hidden_states if self.drafter.head else None,
                 accepted_nodes=getattr(self, "_sagespec_accepted", None), modes=modes, images=images)
+            self.drafter.times.add("bookkeeping", time.perf_counter() - start)
         return original(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
                         sample_hidden_states, aux_hidden_states, spec_decode_metadata, common_attn_metadata,
                         slot_mappings)

@@ -4,7 +4,8 @@ The proposer hands vLLM each tree flattened in topological order (parents before
 vLLM schedules it as an ordinary list of speculative tokens with linear KV slots. For requests
 whose scheduled drafts are such a tree (`TreeEntry`), this module
   - gives the tree's tokens depth-based RoPE positions (slots stay linear),
-  - recomputes their attention rows with the tree mask over the paged prefix,
+  - recomputes their attention rows with the tree mask, straight from the paged cache: one
+    `PagedTreeAttentionPlan` per step (indices and masks), one `run` per layer,
   - verifies the tree with the shared rules and writes the accepted path where vLLM expects its
     output (accepted tokens, then the bonus, padded with -1),
   - moves the accepted nodes' KV into the slots that follow the prefix in every layer, before the
@@ -20,11 +21,12 @@ import torch
 
 from sagespec.common.random_source import TorchRandom
 from sagespec.common.sampling import SamplingParams
+from sagespec.common.step_times import StepTimes
 from sagespec.common.tree import DraftTree
 from sagespec.common.verify import verify
-from sagespec.kernels.tree_attention import tree_attention
+from sagespec.kernels.paged_tree_attention import BlockLayout, PagedTreeAttentionPlan, move_slots
 
-from .kv_layout import probe_layout
+from .kv_layout import layer_layout, regions
 from .step_view import row_entropy
 
 
@@ -45,9 +47,27 @@ class TreeEntry:
 
 @dataclass
 class TreeStep:
+    """One step's trees, planned once: attention plans (per cache layout), the caches to commit
+    accepted KV in, and the step's slot mapping."""
     entries: list[TreeEntry]
-    caches: dict[int, tuple[torch.Tensor, object]] = field(default_factory=dict)  # data_ptr -> (kv, layout)
+    times: StepTimes = field(default_factory=StepTimes)   # the proposer's, where the hooks add their time
+    plans: dict[int, PagedTreeAttentionPlan | None] = field(default_factory=dict)  # id(layout) -> plan
+    caches: dict[int, tuple[torch.Tensor, BlockLayout]] = field(default_factory=dict)  # data_ptr -> (kv, layout)
     slot_mapping: torch.Tensor | None = None
+
+    @property
+    def branching(self) -> list[TreeEntry]:
+        """Entries whose tree is not a chain (a chain's rows are already right in vLLM's output)."""
+        return [e for e in self.entries if e.n > e.tree.max_depth + 1]
+
+    def plan_for(self, layout: BlockLayout, block_table: torch.Tensor) -> PagedTreeAttentionPlan | None:
+        key = id(layout)
+        if key not in self.plans:
+            wide = self.branching
+            self.plans[key] = PagedTreeAttentionPlan.build(
+                layout, [e.tree for e in wide], [e.prefix_len for e in wide], [e.start for e in wide],
+                [block_table[e.req_idx] for e in wide]) if wide else None
+        return self.plans[key]
 
 
 def truncate_tree(tree: DraftTree, num_nodes: int) -> DraftTree:
@@ -66,7 +86,7 @@ def scheduled_prefix(tree: DraftTree, drafts) -> DraftTree:
     return truncate_tree(tree, m)
 
 
-def plan_tree_step(runner, scheduler_output, trees: dict[str, DraftTree]) -> TreeStep | None:
+def plan_tree_step(runner, scheduler_output, trees: dict[str, DraftTree], times: StepTimes) -> TreeStep | None:
     """Entries for the scheduled decodes of requests with a registered tree (every request we
     verify ourselves); rewrites their positions to prefix + depth in the runner's position buffer."""
     scheduled = scheduler_output.scheduled_spec_decode_tokens
@@ -88,36 +108,28 @@ def plan_tree_step(runner, scheduler_output, trees: dict[str, DraftTree]) -> Tre
         prefix = int(batch.num_computed_tokens_cpu[req_idx])
         runner.positions[start: start + tree.num_nodes] = prefix + tree.depths.to(runner.positions.dtype)
         entries.append(TreeEntry(req_idx, req_id, start, scheduled_tokens, prefix, tree))
-    return TreeStep(entries) if entries else None
+    if not entries:
+        return None
+    times.steps += 1
+    return TreeStep(entries, times)
 
 
-def fix_attention_rows(step: TreeStep, impl, layer, query, key, value, kv_cache, attn_metadata, output) -> None:
-    """Overwrite the tree requests' attention rows (vLLM computed them chain-causal)."""
+def check_attention_supported(impl) -> None:
     if impl.alibi_slopes is not None or impl.logits_soft_cap not in (None, 0) or impl.sliding_window not in (None, -1):
         raise NotImplementedError("sagespec tree attention supports plain causal self-attention only")
-    head_dim = kv_cache.shape[-1] // 2
-    layout = probe_layout(layer.isa, kv_cache.dtype, kv_cache.shape[2], head_dim)
+
+
+def fix_attention_rows(step: TreeStep, impl, layer, query, kv_cache, attn_metadata, output) -> None:
+    """Overwrite the tree requests' attention rows (vLLM computed them chain-causal). vLLM has
+    written the step's K and V into the cache already, so the plan reads everything from there."""
+    check_attention_supported(impl)
+    layout = layer_layout(layer, kv_cache)
     step.caches.setdefault(kv_cache.data_ptr(), (kv_cache, layout))
     if step.slot_mapping is None:
         step.slot_mapping = attn_metadata.slot_mapping
-    branching = [e for e in step.entries if e.n > e.tree.max_depth + 1]  # chains are already right
-    if not branching:
-        return
-    qs, ks, vs, masks, qo, kvp = [], [], [], [], [0], [0]
-    for e in branching:
-        k_prefix, v_prefix = layout.gather_prefix(kv_cache, attn_metadata.block_table[e.req_idx], e.prefix_len)
-        rows = slice(e.start, e.start + e.n)
-        qs.append(query[rows])
-        ks.append(torch.cat([k_prefix, key[rows]]))
-        vs.append(torch.cat([v_prefix, value[rows]]))
-        masks.append(e.tree.attention_mask(e.prefix_len).reshape(-1))
-        qo.append(qo[-1] + e.n)
-        kvp.append(kvp[-1] + e.prefix_len + e.n)
-    out = tree_attention(torch.cat(qs), torch.cat(ks), torch.cat(vs), torch.tensor(qo), torch.tensor(kvp),
-                         torch.cat(masks), sm_scale=impl.scale, backend="torch")
-    flat = output.view(output.shape[0], -1)
-    for e, (a, b) in zip(branching, zip(qo[:-1], qo[1:])):
-        flat[e.start: e.start + e.n] = out[a:b].reshape(b - a, -1).to(output.dtype)
+    plan = step.plan_for(layout, attn_metadata.block_table)
+    if plan is not None:
+        plan.run(query, regions(kv_cache), output, scale=impl.scale)
 
 
 def request_sampling(batch, req_idx: int) -> SamplingParams:
@@ -158,8 +170,12 @@ def verify_and_commit(step: TreeStep, runner, logits_rows: dict[int, torch.Tenso
     if src and step.slot_mapping is not None:
         slots = step.slot_mapping.long()
         src_slots, dst_slots = slots[torch.tensor(src)], slots[torch.tensor(dst)]
+        indices = {}   # id(layout) -> (source elements, destination elements), K and V of every head
         for kv_cache, layout in step.caches.values():
-            layout.move(kv_cache, src_slots, dst_slots)
+            if id(layout) not in indices:
+                heads = kv_cache.shape[1]
+                indices[id(layout)] = tuple(torch.cat(layout.element_indices(s, heads)) for s in (src_slots, dst_slots))
+            move_slots(kv_cache.view(-1), *indices[id(layout)])
 
 
 def has_engine_watermark(vllm_config) -> bool:
