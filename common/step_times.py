@@ -26,9 +26,6 @@ class StepTimes:
         finally:
             self._seconds[section] += time.perf_counter() - start
 
-    def add(self, section: str, seconds: float) -> None:
-        self._seconds[section] += seconds
-
     def totals(self) -> dict[str, float]:
         """Seconds per section so far, plus `steps`."""
         return {**{s: self._seconds.get(s, 0.0) for s in SECTIONS}, **{

@@ -65,7 +65,6 @@ class BlockLayout:
         return ((base + self.k_index[offsets][:, None, :]).reshape(-1),
                 (base + self.v_index[offsets][:, None, :]).reshape(-1))
 
-
     def gather_prefix(self, regions: torch.Tensor, block_ids: torch.Tensor, length: int):
         """K, V [length, kv_heads, head_dim] of a request's first `length` tokens, whose blocks are
         `block_ids` (its block-table row), from `regions` [num_blocks, kv_heads, region]."""
@@ -133,10 +132,10 @@ class PagedTreeAttentionPlan:
             k = picked[:, :, self.layout.k_index].view(batch, self.num_blocks, heads, bs, d)
             v = picked[:, :, self.layout.v_index].view(batch, self.num_blocks, heads, bs, d)
             return k.transpose(-1, -2), v
-        kv_view, v_view = self.layout.strided
+        k_view, v_view = self.layout.strided
         lead = (self.num_blocks * heads * region, heads * region, region)
-        k_t = picked.as_strided((batch, self.num_blocks, heads, d, bs), (*lead, kv_view.dim_stride,
-                                kv_view.offset_stride), kv_view.start)
+        k_t = picked.as_strided((batch, self.num_blocks, heads, d, bs), (*lead, k_view.dim_stride,
+                                k_view.offset_stride), k_view.start)
         v = picked.as_strided((batch, self.num_blocks, heads, bs, d), (*lead, v_view.offset_stride,
                               v_view.dim_stride), v_view.start)
         return k_t, v

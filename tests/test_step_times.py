@@ -12,12 +12,14 @@ def test_sections_accumulate_and_report_every_known_section():
         time.sleep(0.01)
     with times("drafting"):
         time.sleep(0.01)
-    times.add("verification", 0.5)
+    with times("verification"):
+        time.sleep(0.02)
     times.steps += 2
     totals = times.totals()
     assert set(SECTIONS) <= set(totals)
     assert 0.02 <= totals["drafting"] < 0.5
-    assert totals["verification"] == 0.5 and totals["tree_attention"] == 0.0 and totals["steps"] == 2
+    assert 0.02 <= totals["verification"] < 0.5
+    assert totals["tree_attention"] == 0.0 and totals["steps"] == 2
 
 
 def test_a_section_that_raises_still_counts():

@@ -8,7 +8,6 @@ fails with that reason.
 from __future__ import annotations
 
 import logging
-import time
 
 import torch
 
@@ -115,27 +114,26 @@ def _sample(original):
         if step is None or spec_decode_metadata is None:
             self._sagespec_entropy = row_entropy(logits).cpu()
             return original(self, logits, spec_decode_metadata)
-        start = time.perf_counter()
-        cu = spec_decode_metadata.cu_num_sampled_tokens.cpu().tolist()
-        starts = {e.req_idx: cu[e.req_idx] - e.scheduled for e in step.entries}
-        rows = {e.req_idx: logits[starts[e.req_idx]: starts[e.req_idx] + e.n].float().clone() for e in step.entries}
-        in_trees = set()
-        for e in step.entries:
-            in_trees.update(range(starts[e.req_idx], starts[e.req_idx] + e.scheduled))
-        others = [r for r in range(logits.shape[0]) if r not in in_trees]
-        self._sagespec_entropy = torch.zeros(logits.shape[0])
-        if others:
-            self._sagespec_entropy[others] = row_entropy(logits[others]).cpu()
-        hidden = self.drafter.logits_hidden  # set only when the acceptance rule reads hidden states
-        hidden_rows = None if hidden is None else {
-            e.req_idx: hidden[starts[e.req_idx]: starts[e.req_idx] + e.n].float() for e in step.entries}
-        ours = time.perf_counter() - start
-        output = original(self, logits, spec_decode_metadata)
-        start = time.perf_counter()
-        options = self.drafter.options
-        verify_and_commit(step, self, rows, output, self._sagespec_entropy, starts, options.acceptance,
-                          options.acceptance_options, hidden_rows)
-        step.times.add("verification", ours + time.perf_counter() - start)
+        with step.times("verification"):
+            cu = spec_decode_metadata.cu_num_sampled_tokens.cpu().tolist()
+            starts = {e.req_idx: cu[e.req_idx] - e.scheduled for e in step.entries}
+            rows = {e.req_idx: logits[starts[e.req_idx]: starts[e.req_idx] + e.n].float().clone()
+                    for e in step.entries}
+            in_trees = set()
+            for e in step.entries:
+                in_trees.update(range(starts[e.req_idx], starts[e.req_idx] + e.scheduled))
+            others = [r for r in range(logits.shape[0]) if r not in in_trees]
+            self._sagespec_entropy = torch.zeros(logits.shape[0])
+            if others:
+                self._sagespec_entropy[others] = row_entropy(logits[others]).cpu()
+            hidden = self.drafter.logits_hidden  # set only when the acceptance rule reads hidden states
+            hidden_rows = None if hidden is None else {
+                e.req_idx: hidden[starts[e.req_idx]: starts[e.req_idx] + e.n].float() for e in step.entries}
+        output = original(self, logits, spec_decode_metadata)   # the engine's own sampler: not ours
+        with step.times("verification"):
+            options = self.drafter.options
+            verify_and_commit(step, self, rows, output, self._sagespec_entropy, starts, options.acceptance,
+                              options.acceptance_options, hidden_rows)
         self._sagespec_accepted = {e.req_idx: e.accepted for e in step.entries}
         return output
     return sample
@@ -150,17 +148,16 @@ def _propose(original):
             watermark = has_engine_watermark(self.vllm_config)
             modes = {i: draft_mode(getattr(self.requests.get(r), "sampling_params", None), watermark)
                      for i, r in enumerate(req_ids)}
-            start = time.perf_counter()
-            probe, ActiveSaliency.current = ActiveSaliency.current, None
-            attention = probe.results if probe is not None else {}
-            images = {i: (request_has_images(self, r),
-                          request_images(self, r, attention.get(r)) if self.drafter.wants_images(r) else None)
-                      for i, r in enumerate(req_ids)}
-            self.drafter.step_view = build_step_view(
-                req_ids, sampled_token_ids, getattr(self, "_sagespec_entropy", None), spec_decode_metadata,
-                common_attn_metadata, aux_hidden_states if self.drafter.head else None,
-                accepted_nodes=getattr(self, "_sagespec_accepted", None), modes=modes, images=images)
-            self.drafter.times.add("bookkeeping", time.perf_counter() - start)
+            with self.drafter.times("bookkeeping"):
+                probe, ActiveSaliency.current = ActiveSaliency.current, None
+                attention = probe.results if probe is not None else {}
+                images = {i: (request_has_images(self, r),
+                              request_images(self, r, attention.get(r)) if self.drafter.wants_images(r) else None)
+                          for i, r in enumerate(req_ids)}
+                self.drafter.step_view = build_step_view(
+                    req_ids, sampled_token_ids, getattr(self, "_sagespec_entropy", None), spec_decode_metadata,
+                    common_attn_metadata, aux_hidden_states if self.drafter.head else None,
+                    accepted_nodes=getattr(self, "_sagespec_accepted", None), modes=modes, images=images)
         return original(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
                         sample_hidden_states, aux_hidden_states, spec_decode_metadata, common_attn_metadata,
                         slot_mappings)

@@ -170,12 +170,12 @@ def verify_and_commit(step: TreeStep, runner, logits_rows: dict[int, torch.Tenso
     if src and step.slot_mapping is not None:
         slots = step.slot_mapping.long()
         src_slots, dst_slots = slots[torch.tensor(src)], slots[torch.tensor(dst)]
-        indices = {}   # id(layout) -> (source elements, destination elements), K and V of every head
+        indices = {}   # (id(layout), kv heads) -> (source elements, destination elements), K and V
         for kv_cache, layout in step.caches.values():
-            if id(layout) not in indices:
-                heads = kv_cache.shape[1]
-                indices[id(layout)] = tuple(torch.cat(layout.element_indices(s, heads)) for s in (src_slots, dst_slots))
-            move_slots(kv_cache.view(-1), *indices[id(layout)])
+            key = (id(layout), kv_cache.shape[1])
+            if key not in indices:
+                indices[key] = tuple(torch.cat(layout.element_indices(s, key[1])) for s in (src_slots, dst_slots))
+            move_slots(kv_cache.view(-1), *indices[key])
 
 
 def has_engine_watermark(vllm_config) -> bool:
