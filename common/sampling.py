@@ -51,5 +51,5 @@ def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
     """Shannon entropy in nats of softmax(logits) over the last dim (temperature 1)."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return -(logp.exp() * logp).sum(-1)
+    p = torch.softmax(logits.float(), dim=-1)
+    return -torch.special.xlogy(p, p).sum(-1)   # 0 log 0 = 0: masked (-inf) logits add nothing

@@ -1,4 +1,5 @@
 """The vLLM plugin's option parsing and step bookkeeping (pure Python/torch; vLLM not imported)."""
+import math
 import sys
 from types import SimpleNamespace
 
@@ -7,7 +8,7 @@ import torch
 
 from sagespec.common.params import ConfigError
 from sagespec.plugins.vllm.options import DEFAULT_BUDGET, parse_sage_config
-from sagespec.plugins.vllm.step_view import build_step_view, row_entropy
+from sagespec.plugins.vllm.step_view import build_step_view
 
 
 def test_defaults_and_kept_vllm_keys():
@@ -77,9 +78,11 @@ def test_step_view_cuts_rows_per_request():
     assert a.entropy == pytest.approx(0.1) and b.entropy == pytest.approx(1.2) and c.entropy is None
 
 
-def test_row_entropy():
-    logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.0, -float("inf"), -float("inf"), -float("inf")]])
-    assert row_entropy(logits).tolist() == pytest.approx([torch.log(torch.tensor(4.0)).item(), 0.0])
+def test_entropy_of_rows_with_masked_logits():
+    from sagespec.common.sampling import entropy
+    inf = float("inf")
+    logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.0, -inf, -inf, -inf], [0.0, 0.0, -inf, -inf]])
+    assert entropy(logits).tolist() == pytest.approx([math.log(4.0), 0.0, math.log(2.0)])
 
 
 def test_draft_mode_by_request_options():

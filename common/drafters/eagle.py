@@ -7,6 +7,8 @@ dropped after drafting.
 """
 from __future__ import annotations
 
+from typing import Generator
+
 import torch
 
 from ..policies.base import TreeShape
@@ -14,8 +16,8 @@ from ..random_source import RandomSource
 from ..sampling import SamplingParams
 from ..tree import DraftTree
 from .base import DraftContext, DrafterNeeds
-from .eagle_head import EagleHead
-from .expansion import grow_tree
+from .eagle_head import EagleHead, HeadCall
+from .expansion import ScoreRequest, growth
 from .tree_lm import ScratchTree, causal_extension_mask
 
 
@@ -37,15 +39,55 @@ class HeadScorer:
         self.head, self.scratch, self.refine = head, scratch, refine
         self.hidden = {0: root_hidden}
 
+    def call(self, request: ScoreRequest) -> HeadCall:
+        """The head pass that scores `request`'s nodes."""
+        mask, positions = self.scratch.add(request.nodes, request.parents, request.depths)
+        feats = torch.stack([self.hidden[p] for p in request.parents])
+        return HeadCall(self.head, torch.tensor(request.tokens, dtype=torch.long), feats, positions, mask)
+
+    def keep(self, request: ScoreRequest, out: torch.Tensor) -> None:
+        for n, h in zip(request.nodes, out):
+            self.hidden[n] = h
+
     def score(self, nodes, tokens, parents, depths) -> torch.Tensor:
-        mask, positions = self.scratch.add(nodes, parents, depths)
-        feats = torch.stack([self.hidden[p] for p in parents])
-        out = self.head.hidden_step(torch.tensor(tokens, dtype=torch.long), feats, positions, mask)
+        request = ScoreRequest(list(nodes), list(tokens), list(parents), list(depths))
+        out = self.head.hidden_step_many([self.call(request)])[0]
         if self.refine is not None:
             out = self.refine(out)
-        for n, h in zip(nodes, out):
-            self.hidden[n] = h
+        self.keep(request, out)
         return self.head.logits(out)
+
+
+# A drafting coroutine yields the head passes it needs and is sent back (output hidden, draft-vocab
+# logits) for each; it returns its tree. Many run in lockstep with one batched head pass per round.
+Drafting = Generator[HeadCall, tuple, DraftTree]
+
+
+@torch.no_grad()
+def run_drafting(jobs: list[Drafting]) -> list[DraftTree]:
+    """Runs drafting coroutines that share one head's weights to their trees: each round, one
+    `hidden_step_many` and one output layer over every coroutine's pending pass."""
+    trees: list[DraftTree | None] = [None] * len(jobs)
+    pending: dict[int, HeadCall] = {}
+
+    def advance(i, sent=None):
+        try:
+            pending[i] = jobs[i].send(sent)
+        except StopIteration as done:
+            pending.pop(i, None)
+            trees[i] = done.value
+
+    for i in range(len(jobs)):
+        advance(i)
+    while pending:
+        order = list(pending)
+        calls = [pending[i] for i in order]
+        outs = EagleHead.hidden_step_many(calls)
+        rows = [out[-1:] if call.last_only else out for call, out in zip(calls, outs)]
+        logits = calls[0].head.draft_logits(torch.cat(rows)).split([r.shape[0] for r in rows])
+        for i, out, row_logits in zip(order, outs, logits):
+            advance(i, (out, row_logits))
+    return trees
 
 
 class EagleDrafter:
@@ -62,13 +104,28 @@ class EagleDrafter:
     @torch.no_grad()
     def propose(self, context: DraftContext, shape: TreeShape, params: SamplingParams,
                 rng: RandomSource) -> DraftTree:
+        return run_drafting([self.drafting(context, shape, params, rng)])[0]
+
+    def drafting(self, context: DraftContext, shape: TreeShape, params: SamplingParams,
+                 rng: RandomSource) -> Drafting:
+        """`propose` as a coroutine (see `run_drafting`); logits stay in the head's draft vocabulary."""
         tokens, feats, committed_pairs = committed_features(context, "eagle")
         m = min(self.head.cache_length, committed_pairs - 1)
         self.head.truncate(m)
         new = committed_pairs - m
-        out, logits = self.head.step(tokens[m + 1:], self.head.fuse(feats[m:]),
-                                     torch.arange(m + 1, committed_pairs + 1), causal_extension_mask(m, new))
+        out, logits = yield HeadCall(self.head, tokens[m + 1:], self.head.fuse(feats[m:]),
+                                     torch.arange(m + 1, committed_pairs + 1), causal_extension_mask(m, new),
+                                     last_only=True)
         scorer = HeadScorer(self.head, ScratchTree(committed_pairs, root_position=committed_pairs), out[-1])
-        tree = grow_tree(int(tokens[-1]), logits[-1], scorer, shape, params, rng, self.sample_children)
+        grow = growth(int(tokens[-1]), logits[-1], shape, params, rng, self.sample_children,
+                      self.head.draft_token_ids, self.head.config.vocab_size)
+        try:
+            request = next(grow)
+            while True:
+                out, logits = yield scorer.call(request)
+                scorer.keep(request, out)
+                request = grow.send(logits)
+        except StopIteration as done:
+            tree = done.value
         self.head.truncate(committed_pairs)
         return tree

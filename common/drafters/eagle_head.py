@@ -102,6 +102,18 @@ def _rope(x, positions, theta):
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
+@dataclass(frozen=True)
+class HeadCall:
+    """One head pass over q pairs with `head`'s cache (see `EagleHead.hidden_step`); mask [q, cache + q].
+    `last_only`: only the last row's logits are wanted."""
+    head: "EagleHead"
+    tokens: torch.Tensor
+    features: torch.Tensor
+    positions: torch.Tensor
+    mask: torch.Tensor
+    last_only: bool = False
+
+
 class EagleHead(nn.Module):
     def __init__(self, config: EagleHeadConfig, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor):
         super().__init__()
@@ -195,6 +207,35 @@ class EagleHead(nn.Module):
             q.transpose(0, 1), k_all.transpose(0, 1), v_all.transpose(0, 1),
             attn_mask=mask.to(q.device), enable_gqa=c.num_key_value_heads != c.num_attention_heads)
         return self.attention_outputs(x, attn.transpose(0, 1))
+
+    @staticmethod
+    def hidden_step_many(calls: "list[HeadCall]") -> list[torch.Tensor]:
+        """`hidden_step` for several caches at once (heads sharing one set of weights, e.g. the
+        per-request copies of one head): the projections and the MLP run once over all calls'
+        rows; attention runs per call against that call's own cache."""
+        if not calls:
+            return []
+        head = calls[0].head
+        if any(call.head.q_proj is not head.q_proj for call in calls):
+            raise ValueError("hidden_step_many: every call must use the same head weights")
+        sizes = [call.tokens.numel() for call in calls]
+        x, q, k, v = head.attention_inputs(torch.cat([c.tokens for c in calls]), torch.cat([c.features for c in calls]),
+                                           torch.cat([c.positions for c in calls]))
+        gqa = head.config.num_key_value_heads != head.config.num_attention_heads
+        attn = []
+        for call, qi, ki, vi in zip(calls, q.split(sizes), k.split(sizes), v.split(sizes)):
+            owner = call.head
+            if owner.k_cache is not None and owner.k_cache.shape[0]:
+                ki, vi = torch.cat([owner.k_cache, ki]), torch.cat([owner.v_cache, vi])
+            owner.k_cache, owner.v_cache = ki, vi
+            attn.append(F.scaled_dot_product_attention(qi.transpose(0, 1), ki.transpose(0, 1), vi.transpose(0, 1),
+                                                       attn_mask=call.mask, enable_gqa=gqa).transpose(0, 1))
+        return list(head.attention_outputs(x, torch.cat(attn)).split(sizes))
+
+    @property
+    def draft_token_ids(self) -> torch.Tensor | None:
+        """The target token of each `draft_logits` column (None: the target's own vocabulary)."""
+        return self.d2t if self.lm_head is not None else None
 
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the draft vocabulary (the target's when no reduced vocabulary is set)."""

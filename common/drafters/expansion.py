@@ -6,11 +6,17 @@ Two ways, chosen by the shape:
   outscores its parent and ties keep creation order, so the kept set is a connected tree.
 - by rank paths (static trees; and every shape when children are sampled): the topology is fixed
   before drafting; rank r means the r-th most probable token, or the r-th i.i.d. sample from q.
-Only nodes that get children are run through the model (`NodeScorer.score`).
+Only nodes that get children are run through the model. Growth is a generator (`growth`): it
+yields each level's `ScoreRequest` and is sent back that level's logits, so one driver can run
+many requests' growths in lockstep with one batched model call per level (`grow_tree` drives one
+growth with a `NodeScorer`). Logits may cover a reduced draft vocabulary: `token_ids[j]` is the
+target token of column j (None: columns are target tokens); trees and `draft_probs` are always in
+the target's vocabulary.
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from dataclasses import dataclass
+from typing import Generator, Protocol, Sequence
 
 import torch
 
@@ -18,6 +24,19 @@ from ..policies.base import TreeShape
 from ..random_source import RandomSource
 from ..sampling import SamplingParams, process_logits
 from ..tree import DraftTree
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """New tree nodes to score (ids in creation order; the root is node 0, scored by the drafter
+    itself; parents are earlier node ids)."""
+    nodes: list[int]
+    tokens: list[int]
+    parents: list[int]
+    depths: list[int]
+
+
+Growth = Generator[ScoreRequest, torch.Tensor, DraftTree]
 
 
 class NodeScorer(Protocol):
@@ -38,14 +57,55 @@ def comb_paths(shape: TreeShape) -> tuple[tuple[int, ...], ...]:
     return tuple(paths[: shape.budget])
 
 
-def grow_tree(root_token: int, root_logits: torch.Tensor, scorer: NodeScorer, shape: TreeShape,
-              params: SamplingParams, rng: RandomSource, sample_children: bool = False) -> DraftTree:
+def growth(root_token: int, root_logits: torch.Tensor, shape: TreeShape, params: SamplingParams,
+           rng: RandomSource, sample_children: bool = False, token_ids: torch.Tensor | None = None,
+           vocab_size: int | None = None) -> Growth:
+    """The tree growth for one request; `vocab_size` is the target's (needed with `token_ids`)."""
+    vocab = _Vocab(token_ids, vocab_size if token_ids is not None else root_logits.shape[-1])
     if sample_children and not params.greedy:
-        return _grow_by_paths(root_token, root_logits, scorer, shape.paths or comb_paths(shape),
-                              params, rng, sampled=True)
+        return _grow_by_paths(root_token, root_logits, shape.paths or comb_paths(shape), params, rng, vocab,
+                              sampled=True)
     if shape.paths is not None:
-        return _grow_by_paths(root_token, root_logits, scorer, shape.paths, params, rng, sampled=False)
-    return _grow_dynamic(root_token, root_logits, scorer, shape, params)
+        return _grow_by_paths(root_token, root_logits, shape.paths, params, rng, vocab, sampled=False)
+    return _grow_dynamic(root_token, root_logits, shape, params, vocab)
+
+
+def drive(grow: Growth, score) -> DraftTree:
+    """Runs one growth to its tree; `score(ScoreRequest) -> logits [len(nodes), draft vocab]`."""
+    try:
+        request = next(grow)
+        while True:
+            request = grow.send(score(request))
+    except StopIteration as done:
+        return done.value
+
+
+def grow_tree(root_token: int, root_logits: torch.Tensor, scorer: NodeScorer, shape: TreeShape,
+              params: SamplingParams, rng: RandomSource, sample_children: bool = False,
+              token_ids: torch.Tensor | None = None, vocab_size: int | None = None) -> DraftTree:
+    return drive(growth(root_token, root_logits, shape, params, rng, sample_children, token_ids, vocab_size),
+                 lambda r: scorer.score(r.nodes, r.tokens, r.parents, r.depths))
+
+
+@dataclass(frozen=True)
+class _Vocab:
+    token_ids: torch.Tensor | None   # draft column -> target token; None: the same ids
+    size: int                        # the target's vocabulary
+
+    def tokens(self, columns: list[int]) -> list[int]:
+        return columns if self.token_ids is None else self.token_ids[columns].tolist()
+
+    def full_rows(self, rows: dict[int, torch.Tensor], order: list[int]) -> torch.Tensor:
+        """[len(order), target vocab]: the rows of `order` (zeros where a node has none)."""
+        dtype = next(iter(rows.values())).dtype
+        q = torch.zeros(len(order), self.size, dtype=dtype)
+        for new, old in enumerate(order):
+            if old in rows:
+                if self.token_ids is None:
+                    q[new] = rows[old]
+                else:
+                    q[new, self.token_ids] = rows[old]
+        return q
 
 
 def _draft_dist(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -53,7 +113,7 @@ def _draft_dist(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return process_logits(logits, params if not params.greedy else SamplingParams(temperature=1.0))
 
 
-def _grow_dynamic(root_token, root_logits, scorer, shape, params) -> DraftTree:
+def _grow_dynamic(root_token, root_logits, shape, params, vocab: _Vocab) -> Growth:
     """Each level costs one batched softmax, log and top-k over the whole frontier (row-wise ops:
     the same values as one row at a time)."""
     k = shape.width
@@ -66,7 +126,7 @@ def _grow_dynamic(root_token, root_logits, scorer, shape, params) -> DraftTree:
         top = torch.topk(torch.log(rows.clamp_min(1e-30)), min(k, rows.shape[-1]), dim=-1)
         cand = []  # (score, parent, token)
         for f, lps, toks in zip(frontier, top.values.tolist(), top.indices.tolist()):
-            for lp, tok in zip(lps, toks):
+            for lp, tok in zip(lps, vocab.tokens(toks)):
                 if lp > -60.0:  # skip tokens the draft gives no mass (top-k/top-p cut)
                     cand.append((scores[f] + lp, f, tok))
         if not cand:
@@ -81,23 +141,19 @@ def _grow_dynamic(root_token, root_logits, scorer, shape, params) -> DraftTree:
             scores.append(s)
         frontier = new_ids[:k]
         if level + 1 < shape.depth:
-            logits = scorer.score(frontier, [tokens[i] for i in frontier],
-                                  [parents[i] for i in frontier], [depths[i] for i in frontier])
+            logits = yield ScoreRequest(frontier, [tokens[i] for i in frontier],
+                                        [parents[i] for i in frontier], [depths[i] for i in frontier])
             for i, row in zip(frontier, _draft_dist(logits, params)):
                 dist[i] = row
     # Rerank: best `budget` drafted nodes by path score; stable sort keeps parents first on ties.
     order = sorted(range(1, len(tokens)), key=lambda i: -scores[i])[: shape.budget]
     keep = [0] + sorted(order)
     remap = {old: new for new, old in enumerate(keep)}
-    q = torch.zeros(len(keep), root_logits.shape[-1], dtype=dist[0].dtype)
-    for old, new in remap.items():
-        if old in dist:
-            q[new] = dist[old]
-    return DraftTree.from_parents([tokens[i] for i in keep],
-                                  [-1] + [remap[parents[i]] for i in keep[1:]], draft_probs=q)
+    return DraftTree.from_parents([tokens[i] for i in keep], [-1] + [remap[parents[i]] for i in keep[1:]],
+                                  draft_probs=vocab.full_rows(dist, keep))
 
 
-def _grow_by_paths(root_token, root_logits, scorer, paths, params, rng, sampled: bool) -> DraftTree:
+def _grow_by_paths(root_token, root_logits, paths, params, rng, vocab: _Vocab, sampled: bool) -> Growth:
     """Nodes are created level by level in rank order; `paths` is prefix-closed and sorted."""
     index = {(): 0}
     tokens, parents, depths = [root_token], [-1], [0]
@@ -116,9 +172,9 @@ def _grow_by_paths(root_token, root_logits, scorer, paths, params, rng, sampled:
             q = dist[par]
             n = max(p[-1] for p in kids) + 1
             if sampled:
-                drawn = [rng.choice(q) for _ in range(n)]
+                drawn = vocab.tokens([rng.choice(q) for _ in range(n)])
             else:
-                drawn = torch.topk(q, min(n, q.numel())).indices.tolist()
+                drawn = vocab.tokens(torch.topk(q, min(n, q.numel())).indices.tolist())
             for p in sorted(kids):
                 if p[-1] >= len(drawn):
                     continue
@@ -128,11 +184,9 @@ def _grow_by_paths(root_token, root_logits, scorer, paths, params, rng, sampled:
                 depths.append(level)
         to_score = [index[p] for p in level_paths if p in index and p in expand]
         if to_score:
-            logits = scorer.score(to_score, [tokens[i] for i in to_score],
-                                  [parents[i] for i in to_score], [depths[i] for i in to_score])
+            logits = yield ScoreRequest(to_score, [tokens[i] for i in to_score],
+                                        [parents[i] for i in to_score], [depths[i] for i in to_score])
             for i, row in zip(to_score, logits):
                 dist[i] = process_logits(row, params) if sampled else _draft_dist(row, params)
-    q = torch.zeros(len(tokens), root_logits.shape[-1], dtype=dist[0].dtype)
-    for i, row in dist.items():
-        q[i] = row
-    return DraftTree.from_parents(tokens, parents, draft_probs=q, sampled_children=sampled)
+    return DraftTree.from_parents(tokens, parents, draft_probs=vocab.full_rows(dist, list(range(len(tokens)))),
+                                  sampled_children=sampled)

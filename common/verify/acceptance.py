@@ -1,6 +1,6 @@
-"""One acceptance spec for every runtime: a rule name, or {"rule": NAME, **options}; options are
-checked at startup by a dry run of the rule on a one-node step, so a bad key, value or judge file
-fails before any request."""
+"""One acceptance spec for every runtime: a rule name, or {"rule": NAME, **options}. `Acceptance`
+is the rule built once at startup: options checked by a dry run of the rule on a one-node step (a
+bad key, value or judge file fails before any request), a judge file loaded once."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,8 @@ from ..params import ConfigError
 from ..random_source import TorchRandom
 from ..sampling import SamplingParams
 from ..tree import DraftTree
-from .registry import available_rules, is_lossless, verify
+from .judge_file import load_judge
+from .registry import Accepted, available_rules, is_lossless, rule_needs_hidden, verify
 
 
 def parse_acceptance(value, owner: str) -> tuple[str, dict]:
@@ -52,3 +53,28 @@ def check_acceptance(rule: str, options: dict, vocab_size: int, hidden_size: int
     params = SamplingParams() if rule != "sampling" else SamplingParams(temperature=1.0)
     verify(DraftTree.root_only(0), torch.zeros(1, vocab_size), params, rule, TorchRandom(0),
            target_hidden=torch.zeros(1, hidden_size), **options)
+
+
+class Acceptance:
+    """An acceptance rule with its options, validated and loaded once; `verify` per tree."""
+
+    def __init__(self, rule: str, options: dict | None = None, vocab_size: int | None = None,
+                 hidden_size: int | None = None):
+        self.rule = rule
+        options = dict(options or {})
+        if rule == "judge" and "path" in options:
+            options["path"] = load_judge(options["path"])   # read once, not stat'ed per step
+        self.options = options
+        self.lossless = is_lossless(rule)
+        self.needs_hidden = rule_needs_hidden(rule)
+        if vocab_size is not None:
+            check_acceptance(rule, options, vocab_size, hidden_size or 1)
+
+    def verify(self, tree: DraftTree, logits: torch.Tensor, params: SamplingParams, rng,
+               hidden: torch.Tensor | None = None) -> Accepted:
+        return verify(tree, logits, params, self.rule, rng, target_hidden=hidden, **self.options)
+
+    def describe(self) -> str:
+        options = {k: (str(v.provenance.get("path", v)) if k == "path" and not isinstance(v, str) else v)
+                   for k, v in self.options.items()}
+        return f"{self.rule!r} {options}" if options else repr(self.rule)

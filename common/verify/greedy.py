@@ -10,7 +10,11 @@ from .registry import Accepted, register_rule
 
 
 def greedy_walk(tree, target_logits, extra=None) -> Accepted:
-    best = target_logits.argmax(-1).tolist()
+    return greedy_walk_argmax(tree, target_logits.argmax(-1).tolist(), extra)
+
+
+def greedy_walk_argmax(tree, best: list[int], extra=None) -> Accepted:
+    """The walk from the target's argmax token at each node (`best[i]` for node i)."""
     tokens = tree.tokens.tolist()
     node, path = 0, [0]
     while True:

@@ -129,6 +129,8 @@ def _load_cached(path: str, mtime_ns: int) -> JudgeFile:
 
 def load_judge(path) -> JudgeFile:
     """Loaded once per file version (keyed by path and modification time); a missing file is
-    refused by JudgeFile.load."""
+    refused by JudgeFile.load. A JudgeFile already loaded is returned as it is."""
+    if isinstance(path, JudgeFile):
+        return path
     p = Path(path).resolve()
     return _load_cached(str(p), p.stat().st_mtime_ns if p.is_file() else -1)

@@ -81,6 +81,25 @@ def test_tiny_model_greedy_identity_with_sage_trees_and_dynamic_trees(tiny_folde
     check_identity(results)
 
 
+def test_mixed_batch_of_eight_greedy_identity_and_seeds(tiny_folder):
+    """Four greedy and four seeded sampled requests in one batch: the greedy ones equal SGLang
+    without speculation; a seeded one gives the same output alone and in the batch; two seeds give
+    two outputs."""
+    greedy = [[5, 6, 7, 8] * 4, [40, 41, 42] * 5 + [40], list(range(60, 72)) * 2, [9, 9, 10, 9, 9, 10, 9]]
+    sampled = [[20, 21, 22] * 4, [20, 21, 22] * 4, [30, 31] * 5, [50, 51, 52, 53] * 3]
+    per_prompt = [{}] * 4 + [{"temperature": 0.8, "sampling_seed": s} for s in (11, 12, 13, 14)]
+    sage = {"speculative_algorithm": "sage", "speculative_num_draft_tokens": 7}
+    results = engine_runs({"model": tiny_folder, "prompts": greedy + sampled, "max_new_tokens": 24,
+                           "per_prompt": per_prompt, "one_at_a_time": ["sage alone"],
+                           "configs": {"plain": {"max_running_requests": 8}, "sage": {**sage, "max_running_requests": 8},
+                                       "sage alone": sage}})
+    together, alone = results["sage"]["tokens"], results["sage alone"]["tokens"]
+    assert together[:4] == results["plain"]["tokens"][:4]
+    assert together[4:] == alone[4:], "a seeded request's output depends on the batch it ran in"
+    assert together[4] != together[5], "two seeds gave the same output"
+    assert sum(m["spec_num_correct_drafts"] for m in results["sage"]["meta"]) > 0
+
+
 def test_tiny_model_draft_model_and_judge(tiny_folder, tiny_draft_folder, tmp_path):
     """A draft model keeps greedy identity; a judge that accepts nothing extra (threshold 0) too,
     with every token after the first marked as emitted under the lossy rule; a judge that accepts

@@ -17,13 +17,13 @@ import logging
 
 import torch
 
-from sagespec.common.drafters import DraftContext, DraftModelDrafter, EagleDrafter, EagleHead, NgramDrafter
-from sagespec.common.policies import DecodeState, StepStats
+from sagespec.common.drafters import DraftModelDrafter, EagleDrafter, EagleHead, NgramDrafter
 from sagespec.common.random_source import TorchRandom
-from sagespec.common.sampling import SamplingParams, entropy
+from sagespec.common.sampling import SamplingParams, process_logits
+from sagespec.common.speculator import DraftRequest, Speculator, VerifyCheck
 from sagespec.common.tree import DraftTree
-from sagespec.common.verify import rule_needs_hidden, verify
-from sagespec.common.verify.acceptance import check_acceptance
+from sagespec.common.verify import rule_needs_hidden
+from sagespec.common.verify.acceptance import Acceptance
 
 from sagespec.plugins._draft_loading import load_draft_model, shipped_head_for
 from sagespec.plugins._hf_tree_lm import HFTreeLM
@@ -86,21 +86,10 @@ def request_params(req) -> SamplingParams:
                           top_p=float(getattr(sp, "top_p", 1.0) or 1.0))
 
 
-class RequestState:
-    def __init__(self, options: SageOptions, draft_lm=None, head: EagleHead | None = None):
-        self.policy = options.make_policy()
-        # Draft weights are shared; each request keeps its own cache.
-        if head is not None:
-            self.drafter = EagleDrafter(copy.copy(head))
-        elif draft_lm is not None:
-            self.drafter = DraftModelDrafter(HFTreeLM(draft_lm))
-        else:
-            self.drafter = NgramDrafter(**options.drafter_options)
-        self.drafter.begin()
-        self.features = None   # EAGLE: the target layers' states of every committed position but the last
-        self.steps = 0
-        self.last_shape = None
-        self.last_drafted = 0
+def request_seed(req) -> int | None:
+    """The request's `sampling_seed` (SGLang's per-request seed), when it set one."""
+    seed = getattr(req.sampling_params, "sampling_seed", None)
+    return int(seed) if seed is not None else None
 
 
 def worker_class():
@@ -136,8 +125,8 @@ def worker_class():
                 raise ValueError(f"{OWNER}: the SGLang worker runs on SGLang's CPU engine only for now "
                                  f"(SGLANG_USE_CPU_ENGINE=1)")
             config = self.model_runner.model_config.hf_config
-            check_acceptance(self.options.acceptance, self.options.acceptance_options, config.vocab_size,
-                             config.hidden_size)
+            acceptance = Acceptance(self.options.acceptance, self.options.acceptance_options, config.vocab_size,
+                                    config.hidden_size)
             if not self.options.lossless:
                 logger.warning("sagespec: acceptance %r %s is lossy: outputs may differ from the target model's",
                                self.options.acceptance, self.options.acceptance_options)
@@ -148,16 +137,24 @@ def worker_class():
             self.head = self._load_head() if self.options.drafter == "eagle" else None
             # Rules that read the target's final hidden rows, and the EAGLE head (the target layers'
             # states), get them from the target's forwards themselves.
-            self.capture = (CaptureHiddenMode.FULL if self.head is not None or rule_needs_hidden(self.options.acceptance)
+            self.capture = (CaptureHiddenMode.FULL if self.head is not None or acceptance.needs_hidden
                             else CaptureHiddenMode.NULL)
             self.prefilling: set[str] = set()   # requests prefilled and not yet seen decoding
             self.n = self.options.num_draft_tokens
-            self.requests: dict[str, RequestState] = {}
-            self.rng = TorchRandom(0)
+            self.speculator = Speculator(self.options.make_policy, self._make_drafter, acceptance)
+            self.unseeded = TorchRandom(0)   # the stream of requests without a sampling_seed
 
         def clear_cache_pool(self):
-            self.requests.clear()
+            self.speculator.requests.clear()
             self.prefilling.clear()
+
+        def _make_drafter(self):
+            """A request's drafter: shared weights, its own cache."""
+            if self.head is not None:
+                return EagleDrafter(copy.copy(self.head))
+            if self.draft_lm is not None:
+                return DraftModelDrafter(HFTreeLM(self.draft_lm))
+            return NgramDrafter(**self.options.drafter_options)
 
         def _load_head(self) -> EagleHead:
             """The EAGLE head over the target's embeddings and output layer; the target captures the
@@ -179,15 +176,17 @@ def worker_class():
             logger.info("sagespec: EAGLE head %s reads target layers %s", folder, head.config.target_layer_ids)
             return head
 
-        def _state(self, req) -> RequestState:
-            state = self.requests.get(req.rid)
-            if state is None:
-                state = self.requests[req.rid] = RequestState(self.options, self.draft_lm, self.head)
+        def _state(self, req):
+            """The request's speculation state; a request with a sampling_seed drafts and verifies
+            from its own generator (the same output alone or in any batch)."""
+            state = self.speculator.state(req.rid)
+            if state.rng is None:
+                seed = request_seed(req)
+                state.rng = TorchRandom(seed) if seed is not None else self.unseeded
             return state
 
-        def _commit_features(self, state: RequestState, rows: torch.Tensor) -> None:
-            rows = rows.to(self.head.fc.weight.dtype).cpu()
-            state.features = rows if state.features is None else torch.cat([state.features, rows])
+        def _commit_features(self, req, rows: torch.Tensor) -> None:
+            self.speculator.commit_features(req.rid, rows.to(self.head.fc.weight.dtype).cpu())
 
         def _prefill(self, batch, pp_proxy_tensors):
             result = self.target_worker.forward_batch_generation(batch, pp_proxy_tensors=pp_proxy_tensors,
@@ -197,25 +196,34 @@ def worker_class():
                 start = 0
                 for req, length in zip(batch.reqs, batch.extend_lens):
                     self.prefilling.add(req.rid)
-                    self._commit_features(self._state(req), feats[start: start + length])
+                    self._state(req)
+                    self._commit_features(req, feats[start: start + length])
                     start += length
+            self._seeded_first_tokens(batch, result)
             return result
+
+        def _seeded_first_tokens(self, batch, result) -> None:
+            """SGLang draws a prompt's first token from its global stream (it reads sampling_seed only
+            in deterministic mode); a sampled request with a seed draws it from its own generator, so
+            its whole output depends on its seed alone, never on the batch it runs in."""
+            logits = result.logits_output.next_token_logits
+            for b, req in enumerate(batch.reqs):
+                params = request_params(req)
+                if request_seed(req) is None or params.greedy or getattr(req, "is_chunked", 0):
+                    continue
+                token = self._state(req).rng.choice(process_logits(logits[b].float(), params))
+                result.next_token_ids[b] = token
 
         # ---- one step ------------------------------------------------------------------
         def _trees(self, batch) -> list[DraftTree]:
             live = {r.rid for r in batch.reqs}
             self.prefilling -= live
-            for gone in set(self.requests) - live - self.prefilling:
-                del self.requests[gone]
-            trees = []
+            self.speculator.retain(live | self.prefilling)
+            requests = []
             for req in batch.reqs:
-                state = self._state(req)
                 tokens = torch.tensor(list(req.origin_input_ids_unpadded) + list(req.output_ids), dtype=torch.long)
-                shape = state.policy.plan(DecodeState(step=state.steps, context_len=len(tokens)))
-                tree = state.drafter.propose(DraftContext(tokens, state.features), shape, request_params(req), self.rng)
-                state.last_shape, state.last_drafted, state.steps = shape, tree.num_drafted, state.steps + 1
-                trees.append(tree)
-            return trees
+                requests.append(DraftRequest(req.rid, tokens, request_params(req), self._state(req).rng))
+            return self.speculator.draft(requests)
 
         def _prepare_verify(self, batch, trees):
             bs, n = len(trees), self.n
@@ -276,25 +284,22 @@ def worker_class():
             logits = result.logits_output.next_token_logits.view(bs, n, -1)
             hidden = (result.logits_output.hidden_states.view(bs, n, -1) if self.capture.need_capture()
                       else None)   # the EAGLE layers' states with an EAGLE head, else the final rows
+            checks = [VerifyCheck(request_params(req), self._state(req).rng,
+                                  hidden[b, : tree.num_nodes] if hidden is not None and self.head is None else None)
+                      for b, (req, tree) in enumerate(zip(batch.reqs, trees))]
+            verdicts = self.speculator.verify(trees, logits.view(bs * n, -1), [b * n for b in range(bs)], checks)
             accepted, emitted = [], torch.zeros(bs, n, dtype=torch.int32)
-            for b, (req, tree) in enumerate(zip(batch.reqs, trees)):
-                k = tree.num_nodes
-                rows = logits[b, :k].float()
-                judge_rows = hidden[b, :k].float() if hidden is not None and self.head is None else None
-                outcome = verify(tree, rows, request_params(req), self.options.acceptance, self.rng,
-                                 target_hidden=judge_rows, **self.options.acceptance_options)
-                tokens = outcome.emitted(tree)
+            for b, (req, verdict) in enumerate(zip(batch.reqs, verdicts)):
+                tokens = verdict.emitted
                 emitted[b, : len(tokens)] = torch.tensor(tokens, dtype=torch.int32)
-                accepted.append(outcome.nodes)
+                accepted.append(verdict.accepted.nodes)
                 if not self.options.lossless:
                     record_per_token(req, LOSSY_META_KEY, len(tokens), self.options.acceptance)
-                state = self.requests[req.rid]
-                record_per_token(req, SHAPE_META_KEY, len(tokens), f"{state.last_shape.depth}x{state.last_shape.width}")
+                shape = self.speculator.requests[req.rid].last_shape
+                record_per_token(req, SHAPE_META_KEY, len(tokens), f"{shape.depth}x{shape.width}")
                 if self.head is not None:
-                    self._commit_features(state, hidden[b, list(outcome.nodes)])
-                state.policy.observe(StepStats(shape=state.last_shape, num_nodes=state.last_drafted,
-                                               accepted=outcome.num_drafted_accepted,
-                                               target_entropy=float(entropy(rows[outcome.nodes[-1]]))))
+                    self._commit_features(req, hidden[b, list(verdict.accepted.nodes)])
+                self.speculator.observe(req.rid, verdict.accepted.num_drafted_accepted, verdict.entropy)
             self._move_accepted_kv(out_cache_loc, accepted)
             accept_lens = torch.tensor([len(nodes) for nodes in accepted], dtype=torch.int32, device=self.device)
             new_seq_lens = batch.seq_lens + accept_lens

@@ -14,18 +14,23 @@ from dataclasses import dataclass, field
 
 import torch
 
-from sagespec.common.drafters import DraftContext, Drafter
+from sagespec.common.drafters import Drafter
 from sagespec.common.drafters.tree_lm import causal_extension_mask
 from sagespec.common.params import ConfigError
-from sagespec.common.policies import ChainPolicy, DecodeState, StepStats, TreePolicy, TreeShape
+from sagespec.common.policies import ChainPolicy, TreePolicy, TreeShape
 from sagespec.common.random_source import TorchRandom
 from sagespec.common.sampling import SamplingParams, entropy
+from sagespec.common.speculator import DraftRequest, Speculator, VerifyCheck
 from sagespec.common.tree import DraftTree
-from sagespec.common.verify import get_rule, is_lossless, rule_needs_hidden, verify
+from sagespec.common.verify import get_rule, rule_needs_hidden
+from sagespec.common.verify.acceptance import Acceptance
 
 from sagespec.plugins._hf_tree_lm import HFTreeLM
 
 from .multimodal import ImagePrompt
+
+
+REQUEST = "request"   # the runtime decodes one request at a time
 
 
 class TextOnlyDraftWarning(UserWarning):
@@ -127,50 +132,45 @@ class SpeculativeGenerator:
         if prompt.numel() < 1:
             raise ValueError("the prompt must hold at least one token")
         get_rule(rule, sampling)  # fail before any work on a bad rule
+        acceptance = Acceptance(rule, rule_options)
+        speculator = Speculator(lambda: self.policy, (lambda: self.drafter) if self.drafter is not None else None,
+                                acceptance)
         rng = TorchRandom(seed)
         start = time.perf_counter()
         self.target.truncate(0)
-        if self.drafter is not None:
-            self.drafter.begin()
+        state = speculator.state(REQUEST)   # the drafter's begin()
 
         logits, feats, last, images = self._prefill(prompt, rule, image_prompt, feed_images)
-        first = verify(DraftTree.root_only(int(prompt[-1])), logits[-1:], sampling, rule, rng,
-                       target_hidden=None if last is None else last[-1:], **rule_options)
+        first = acceptance.verify(DraftTree.root_only(int(prompt[-1])), logits[-1:], sampling, rng,
+                                  None if last is None else last[-1:])
         tokens = prompt.tolist() + [first.bonus]
         result = GenerationResult(tokens=[first.bonus], steps=1, accepted_per_step=[1], seconds=0.0,
-                                  rule=rule, lossless=is_lossless(rule), rule_options=rule_options)
-        self.policy.observe(StepStats(shape=None, num_nodes=0, accepted=0,
-                                      target_entropy=float(entropy(logits[-1]))))
+                                  rule=rule, lossless=acceptance.lossless, rule_options=rule_options)
+        state.features, state.images = feats, images
+        speculator.observe(REQUEST, 0, float(entropy(logits[-1])))
 
         while len(result.tokens) < max_new_tokens and result.tokens[-1] not in self.eos:
             prefix = self.target.length
-            shape = self.policy.plan(DecodeState(step=result.steps, context_len=len(tokens)))
-            if self.drafter is None:
-                tree = DraftTree.root_only(tokens[-1])
-            else:
-                ctx = DraftContext(torch.tensor(tokens, dtype=torch.long), feats, images)
-                tree = self.drafter.propose(ctx, shape, sampling, rng)
+            tree = speculator.draft([DraftRequest(REQUEST, torch.tensor(tokens, dtype=torch.long), sampling, rng)])[0]
             logits, hidden, last = self._forward(tree.tokens, tree.positions(prefix), tree.attention_mask(prefix),
                                                  rule)
-            accepted = verify(tree, logits, sampling, rule, rng, target_hidden=last, **rule_options)
+            verdict = speculator.verify([tree], logits, [0], [VerifyCheck(sampling, rng, last)])[0]
+            accepted = verdict.accepted
             self.target.commit(prefix, accepted.nodes)
-            if feats is not None:
-                feats = torch.cat([feats, hidden[list(accepted.nodes)]])
-            emitted = accepted.emitted(tree)
-            tokens.extend(emitted)
+            if state.features is not None:
+                speculator.commit_features(REQUEST, hidden[list(accepted.nodes)])
+            tokens.extend(verdict.emitted)
             kept = 0
-            for tok in emitted:
+            for tok in verdict.emitted:
                 if len(result.tokens) >= max_new_tokens or (result.tokens and result.tokens[-1] in self.eos):
                     break
                 result.tokens.append(tok)
                 kept += 1
-            h = float(entropy(logits[accepted.nodes[-1]]))
-            self.policy.observe(StepStats(shape=shape, num_nodes=tree.num_drafted,
-                                          accepted=accepted.num_drafted_accepted, target_entropy=h))
+            speculator.observe(REQUEST, accepted.num_drafted_accepted, verdict.entropy)
             result.steps += 1
             result.accepted_per_step.append(kept)
-            result.shapes.append(shape)
+            result.shapes.append(state.last_shape)
             result.nodes_per_step.append(tree.num_drafted)
-            result.entropies.append(h)
+            result.entropies.append(verdict.entropy)
         result.seconds = time.perf_counter() - start
         return result

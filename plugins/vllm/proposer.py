@@ -1,10 +1,10 @@
 """`SageProposer`: vLLM's custom-class proposer, driving the shared policies and drafters.
 
-Per request it keeps a policy (the SAGE entropy EMA lives there), a drafter (an EAGLE head keeps a
-per-request cache) and, for drafters that read target features, the features of every committed
-position. Each step: observe what the last verify did, plan a shape, draft, hand vLLM the tree's
-tokens in topological order and remember the tree (`trees`), which `tree_step` verifies (chains
-too). Requests with options only vLLM's sampler applies get chains that vLLM verifies when they
+Per-request state (policy, drafter, features) lives in the shared `Speculator`. Each step: observe
+what the last verify did, plan and draft every request's tree in one batched call, hand vLLM each
+tree's tokens in topological order and remember the tree (`trees`), which `tree_step` verifies
+(chains too) through the same speculator. The runner hooks leave what they learn here
+(`entropies`, `accepted`), never on vLLM's runner. Requests with options only vLLM's sampler applies get chains that vLLM verifies when they
 are greedy, and no drafts when they sample (see `step_view.DRAFT_MODES`).
 """
 from __future__ import annotations
@@ -17,17 +17,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from sagespec.common.drafters import (DraftContext, DraftModelDrafter, EagleDrafter, EagleHead, ImageInputs,
-                                      NgramDrafter, VisionDrafter, VisionModules)
+from sagespec.common.drafters import (DraftModelDrafter, EagleDrafter, EagleHead, ImageInputs, NgramDrafter,
+                                      VisionDrafter, VisionModules)
 from sagespec.common.drafters.vision_modules import embedding_saliency
 from sagespec.common.params import ConfigError
-from sagespec.common.policies import DecodeState, StepStats, TreeShape
+from sagespec.common.policies import TreeShape
 from sagespec.common.random_source import TorchRandom
-from sagespec.common.sampling import SamplingParams
+from sagespec.common.speculator import GREEDY, DraftRequest, Speculator
 from sagespec.common.step_times import StepTimes
 from sagespec.common.tree import DraftTree
-from sagespec.common.verify import rule_needs_hidden
-from sagespec.common.verify.acceptance import check_acceptance
+from sagespec.common.verify.acceptance import Acceptance
 
 from sagespec.plugins._draft_loading import load_draft_model, shipped_head_for
 from sagespec.plugins._hf_tree_lm import HFTreeLM
@@ -36,25 +35,7 @@ from .options import ATTRIBUTE, SageOptions
 from .step_view import RequestStep, StepView
 
 logger = logging.getLogger("vllm.sagespec")  # under vLLM's logger: its handlers and level
-GREEDY = SamplingParams()
 LOG_EVERY = 1000  # proposals between two tree-shape log lines
-
-
-def chain_of(shape: TreeShape, room: int) -> TreeShape:
-    depth = max(1, min(shape.depth, shape.budget, room))
-    return TreeShape(depth=depth, width=1, budget=depth)
-
-
-@dataclass
-class RequestState:
-    policy: object
-    drafter: object
-    features: torch.Tensor | None = None
-    images: object = None                  # ImageInputs once the runner had them (vision drafters)
-    warned_images: bool = False
-    last_shape: TreeShape | None = None
-    last_drafted: int = 0
-    steps: int = 0
 
 
 @dataclass
@@ -93,7 +74,6 @@ class SageProposer:
                               "registered in this process, or the config lost its options)")
         self.options = options
         self.max_model_len = vllm_config.model_config.max_model_len
-        self.requests: dict[str, RequestState] = {}
         self.trees: dict[str, DraftTree] = {}   # req_id -> the tree (chains too) sagespec verifies next
         self.step_view: StepView | None = None
         self.stats = ShapeStats()
@@ -117,7 +97,12 @@ class SageProposer:
                            "write yet: drafting chains (positions left to vLLM)")
         hf = vllm_config.model_config.hf_text_config
         self._check_multimodal(options, vllm_config.model_config.is_multimodal_model)
-        check_acceptance(options.acceptance, options.acceptance_options, hf.vocab_size, hf.hidden_size)
+        self.speculator = Speculator(options.make_policy, self._make_drafter,
+                                     Acceptance(options.acceptance, options.acceptance_options, hf.vocab_size,
+                                                hf.hidden_size))
+        self.entropies: torch.Tensor | None = None   # per logits row of the last step (the sample hook)
+        self.accepted: dict[int, tuple[int, ...]] = {}   # req index -> nodes accepted from its tree
+        self.warned_images: set[str] = set()
         if not options.lossless:
             logger.warning("sagespec: acceptance %r %s is lossy: outputs may differ from the target model's",
                            options.acceptance, options.acceptance_options)
@@ -150,12 +135,12 @@ class SageProposer:
         request's first draft (the drafter lays out the prompt, images included, only then)."""
         if self.options.vision is None:
             return False
-        state = self.requests.get(req_id)
+        state = self.speculator.requests.get(req_id)
         return state is None or (state.images is None and state.steps == 0)
 
     def load_model(self, target_model) -> None:
         """vLLM hands over the target model once loaded; the EAGLE head shares its embeddings."""
-        if rule_needs_hidden(self.options.acceptance):
+        if self.speculator.acceptance.needs_hidden:
             self._keep_logits_hidden(target_model)
         if self.options.drafter == "draft_model":
             self.draft_lm = load_draft_model(self.options.model, self.target_path, target_model)
@@ -199,47 +184,47 @@ class SageProposer:
         if view is None or len(view.requests) != len(sampled_token_ids):
             raise RuntimeError("sagespec: the runner hook did not describe this step; the plugin's "
                                "patches are not installed in this worker")
-        live = {r.req_id for r in view.requests}
-        for gone in set(self.requests) - live:
-            del self.requests[gone]
+        speculator = self.speculator
+        speculator.retain(r.req_id for r in view.requests)
         self.trees = {}
-        drafts = []
+        drafts: list[list[int]] = [[] for _ in view.requests]
+        asked = []   # (batch index, request step, draft request)
         for i, req in enumerate(view.requests):
-            state = self._state(req.req_id)
-            self._commit_features(state, req)
+            state = speculator.state(req.req_id)
+            if req.committed_features is not None and self.head is not None:
+                speculator.commit_features(req.req_id, req.committed_features.to(self.head.fc.weight.dtype),
+                                           start=req.start_position)
             if req.images is not None and state.images is None and state.steps == 0:
                 state.images = self._with_saliency(req.req_id, req.images)
             if not sampled_token_ids[i] or req.mode == "off":   # prefill still running, or no speculation
-                drafts.append([])
                 continue
             n_tokens = int(num_tokens_no_spec[i])
-            state.policy.observe(StepStats(shape=state.last_shape, num_nodes=state.last_drafted,
-                                           accepted=len(sampled_token_ids[i]) - 1,
-                                           target_entropy=req.entropy if req.entropy is not None else 0.0))
+            speculator.observe(req.req_id, len(sampled_token_ids[i]) - 1,
+                               req.entropy if req.entropy is not None else 0.0)
             room = self.max_model_len - n_tokens - 1
             if room < 1:
-                drafts.append([])
                 continue
-            shape = state.policy.plan(DecodeState(step=state.steps, context_len=n_tokens))
-            if req.mode == "vllm_chain" or shape.budget > room or not self.trees_allowed:
-                shape = chain_of(shape, room)
+            self._warn_missing_images(req, state)
             tokens = torch.from_numpy(token_ids_cpu[i, :n_tokens].astype("int64"))
-            if req.has_images and state.images is None and not state.warned_images:
-                state.warned_images = True
-                if self.options.vision is not None:
-                    logger.warning("sagespec: request %s: its image rows were not in the runner's encoder cache "
-                                   "when drafting began; drafting from its text", req.req_id)
-            ctx = DraftContext(tokens, state.features, state.images)
-            tree = state.drafter.propose(ctx, shape, GREEDY, self.rng)
-            flat = tree.tokens[1:].tolist()
+            asked.append((i, req, DraftRequest(req.req_id, tokens, GREEDY, self.rng, room=room,
+                                               chain_only=req.mode == "vllm_chain" or not self.trees_allowed)))
+        trees = speculator.draft([request for _, _, request in asked])
+        for (i, req, _), tree in zip(asked, trees):
+            state = speculator.requests[req.req_id]
+            drafts[i] = tree.tokens[1:].tolist()
             if req.mode == "ours":
                 self.trees[req.req_id] = tree
-            state.last_shape, state.last_drafted, state.steps = shape, len(flat), state.steps + 1
-            self.stats.record(shape, len(flat), with_images=state.images is not None)
+            self.stats.record(state.last_shape, len(drafts[i]), with_images=state.images is not None)
             if state.steps == 1 and state.images is not None:   # its first proposal
                 self.stats.rows_dropped.append(state.drafter.dropped)
-            drafts.append(flat)
         return drafts
+
+    def _warn_missing_images(self, req: RequestStep, state) -> None:
+        if (req.has_images and state.images is None and self.options.vision is not None
+                and req.req_id not in self.warned_images):
+            self.warned_images.add(req.req_id)
+            logger.warning("sagespec: request %s: its image rows were not in the runner's encoder cache "
+                           "when drafting began; drafting from its text", req.req_id)
 
     def _with_saliency(self, req_id: str, images):
         """Attention pruning needs the target's attention; when the prefill gave none (another
@@ -252,24 +237,12 @@ class SageProposer:
         scores = torch.cat([embedding_saliency(images.embeds[rows]) for rows in images.row_slices()])
         return ImageInputs(images.spans, images.embeds, scores)
 
-    def _state(self, req_id: str) -> RequestState:
-        state = self.requests.get(req_id)
-        if state is None:
-            if self.options.vision is not None:  # shared weights, own cache
-                drafter = VisionDrafter(copy.copy(self.head), self.options.vision, self.vision_modules)
-            elif self.options.drafter == "eagle":
-                drafter = EagleDrafter(copy.copy(self.head))  # shared weights, own cache
-            elif self.options.drafter == "draft_model":
-                drafter = DraftModelDrafter(HFTreeLM(self.draft_lm))  # shared weights, own cache
-            else:
-                drafter = NgramDrafter(**self.options.drafter_options)
-            drafter.begin()
-            state = self.requests[req_id] = RequestState(self.options.make_policy(), drafter)
-        return state
-
-    def _commit_features(self, state: RequestState, req: RequestStep) -> None:
-        if req.committed_features is None or self.head is None:
-            return
-        new = req.committed_features.to(self.head.fc.weight.dtype)
-        kept = state.features[: req.start_position] if state.features is not None else new[:0]
-        state.features = torch.cat([kept, new])
+    def _make_drafter(self):
+        """A request's drafter: shared weights, its own cache."""
+        if self.options.vision is not None:
+            return VisionDrafter(copy.copy(self.head), self.options.vision, self.vision_modules)
+        if self.options.drafter == "eagle":
+            return EagleDrafter(copy.copy(self.head))
+        if self.options.drafter == "draft_model":
+            return DraftModelDrafter(HFTreeLM(self.draft_lm))
+        return NgramDrafter(**self.options.drafter_options)

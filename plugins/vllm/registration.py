@@ -11,6 +11,8 @@ import logging
 
 import torch
 
+from sagespec.common.sampling import entropy
+
 from sagespec.plugins._hooks import Hook, Patches
 from sagespec.plugins._hooks import refusal_reason as engine_refusal
 
@@ -18,9 +20,9 @@ from . import output_marks
 from .attention_saliency import ActiveSaliency, plan_saliency, record_attention
 from .image_inputs import request_has_images, request_images
 from .options import ATTRIBUTE, OWNER, parse_sage_config
-from .step_view import build_step_view, row_entropy
-from .tree_step import (ActiveStep, draft_mode, fix_attention_rows, has_engine_watermark, plan_tree_step,
-                        verify_and_commit)
+from .step_view import build_step_view
+from .tree_step import (ActiveStep, commit_verdicts, draft_mode, fix_attention_rows, has_engine_watermark,
+                        plan_tree_step, verify_trees)
 
 logger = logging.getLogger("vllm.sagespec")  # under vLLM's logger: its handlers and level
 
@@ -107,34 +109,28 @@ def _sample(original):
     def sample(self, logits, spec_decode_metadata):
         if not _ours(self) or logits is None:
             return original(self, logits, spec_decode_metadata)
-        step, ActiveStep.current = ActiveStep.current, None
-        self._sagespec_accepted = {}
+        proposer, (step, ActiveStep.current) = self.drafter, (ActiveStep.current, None)
+        proposer.accepted = {}
         # Entropies are read before sampling (samplers may scale logits in place), only where a
-        # request's next draft needs one: a tree's comes from its verified rows (verify_and_commit).
+        # request's next draft needs one: a tree's comes from its verified rows.
         if step is None or spec_decode_metadata is None:
-            self._sagespec_entropy = row_entropy(logits).cpu()
+            proposer.entropies = entropy(logits).cpu()
             return original(self, logits, spec_decode_metadata)
         with step.times("verification"):
             cu = spec_decode_metadata.cu_num_sampled_tokens.cpu().tolist()
             starts = {e.req_idx: cu[e.req_idx] - e.scheduled for e in step.entries}
-            rows = {e.req_idx: logits[starts[e.req_idx]: starts[e.req_idx] + e.n].float().clone()
-                    for e in step.entries}
+            verdicts = verify_trees(step, self, proposer.speculator, logits, starts, proposer.logits_hidden)
             in_trees = set()
             for e in step.entries:
                 in_trees.update(range(starts[e.req_idx], starts[e.req_idx] + e.scheduled))
             others = [r for r in range(logits.shape[0]) if r not in in_trees]
-            self._sagespec_entropy = torch.zeros(logits.shape[0])
+            proposer.entropies = torch.zeros(logits.shape[0])
             if others:
-                self._sagespec_entropy[others] = row_entropy(logits[others]).cpu()
-            hidden = self.drafter.logits_hidden  # set only when the acceptance rule reads hidden states
-            hidden_rows = None if hidden is None else {
-                e.req_idx: hidden[starts[e.req_idx]: starts[e.req_idx] + e.n].float() for e in step.entries}
+                proposer.entropies[others] = entropy(logits[others]).cpu()
         output = original(self, logits, spec_decode_metadata)   # the engine's own sampler: not ours
         with step.times("verification"):
-            options = self.drafter.options
-            verify_and_commit(step, self, rows, output, self._sagespec_entropy, starts, options.acceptance,
-                              options.acceptance_options, hidden_rows)
-        self._sagespec_accepted = {e.req_idx: e.accepted for e in step.entries}
+            commit_verdicts(step, verdicts, output, proposer.entropies, starts)
+        proposer.accepted = {e.req_idx: e.accepted for e in step.entries}
         return output
     return sample
 
@@ -155,9 +151,9 @@ def _propose(original):
                               request_images(self, r, attention.get(r)) if self.drafter.wants_images(r) else None)
                           for i, r in enumerate(req_ids)}
                 self.drafter.step_view = build_step_view(
-                    req_ids, sampled_token_ids, getattr(self, "_sagespec_entropy", None), spec_decode_metadata,
+                    req_ids, sampled_token_ids, self.drafter.entropies, spec_decode_metadata,
                     common_attn_metadata, aux_hidden_states if self.drafter.head else None,
-                    accepted_nodes=getattr(self, "_sagespec_accepted", None), modes=modes, images=images)
+                    accepted_nodes=self.drafter.accepted, modes=modes, images=images)
         return original(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
                         sample_hidden_states, aux_hidden_states, spec_decode_metadata, common_attn_metadata,
                         slot_mappings)

@@ -38,12 +38,6 @@ class StepView:
     requests: list[RequestStep]
 
 
-def row_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy (nats) of each row's softmax, in fp32."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return -(logp.exp() * logp).sum(-1).nan_to_num(0.0)
-
-
 def build_step_view(req_ids, sampled_token_ids, entropies, spec_metadata, attn_metadata,
                     aux_hidden_states, accepted_nodes=None, modes=None, images=None) -> StepView:
     """entropies: one per logits row (the rows vLLM sampled from, request-major);

@@ -21,13 +21,12 @@ import torch
 
 from sagespec.common.random_source import TorchRandom
 from sagespec.common.sampling import SamplingParams
+from sagespec.common.speculator import Speculator, Verdict, VerifyCheck
 from sagespec.common.step_times import StepTimes
 from sagespec.common.tree import DraftTree
-from sagespec.common.verify import verify
 from sagespec.kernels.paged_tree_attention import BlockLayout, PagedTreeAttentionPlan, move_slots
 
 from .kv_layout import layer_layout, regions
-from .step_view import row_entropy
 
 
 @dataclass
@@ -142,28 +141,34 @@ def request_sampling(batch, req_idx: int) -> SamplingParams:
                           top_p=top_p)
 
 
-def verify_and_commit(step: TreeStep, runner, logits_rows: dict[int, torch.Tensor], sampler_output,
-                      entropies: torch.Tensor | None, row_starts: dict[int, int], rule: str,
-                      rule_options: dict | None = None, hidden_rows: dict[int, torch.Tensor] | None = None) -> None:
-    """Write each tree's accepted path + bonus into vLLM's sampler output and commit its KV.
-    `hidden_rows`: the final hidden states of each tree's rows, for rules that read them."""
+def verify_trees(step: TreeStep, runner, speculator: Speculator, logits: torch.Tensor, starts: dict[int, int],
+                 hidden: torch.Tensor | None = None) -> list[Verdict]:
+    """Verifies every tree of the step (before vLLM's sampler, which may scale logits in place),
+    each request with its own sampling and generator; `hidden`: the final hidden state of every
+    logits row, for rules that read them."""
+    batch = runner.input_batch
+    checks = []
+    for e in step.entries:
+        # The request's own generator when it has a seed, else torch's global one (seeded by vLLM).
+        generator = batch.generators.get(e.req_idx, torch.default_generator)
+        rows = None if hidden is None else hidden[starts[e.req_idx]: starts[e.req_idx] + e.n].float()
+        checks.append(VerifyCheck(request_sampling(batch, e.req_idx), TorchRandom(generator=generator), rows))
+    return speculator.verify([e.tree for e in step.entries], logits, [starts[e.req_idx] for e in step.entries],
+                             checks)
+
+
+def commit_verdicts(step: TreeStep, verdicts: list[Verdict], sampler_output, entropies: torch.Tensor,
+                    starts: dict[int, int]) -> None:
+    """Writes each tree's accepted path + bonus into vLLM's sampler output (padded with -1), its
+    entropy where the bonus was sampled, and moves the accepted nodes' KV behind the prefix."""
     ids = sampler_output.sampled_token_ids
     src, dst = [], []
-    for e in step.entries:
-        rows = logits_rows[e.req_idx]
-        # The request's own generator when it has a seed, else torch's global one (seeded by vLLM).
-        generator = runner.input_batch.generators.get(e.req_idx, torch.default_generator)
-        rng = TorchRandom(generator=generator)
-        accepted = verify(e.tree, rows, request_sampling(runner.input_batch, e.req_idx), rule, rng,
-                          target_hidden=None if hidden_rows is None else hidden_rows[e.req_idx],
-                          **(rule_options or {}))
-        e.accepted = accepted.nodes
-        emitted = accepted.emitted(e.tree)
+    for e, verdict in zip(step.entries, verdicts):
+        e.accepted = verdict.accepted.nodes
         ids[e.req_idx].fill_(-1)
-        ids[e.req_idx, : len(emitted)] = torch.tensor(emitted, dtype=ids.dtype)
-        if entropies is not None:
-            entropies[row_starts[e.req_idx] + len(emitted) - 1] = row_entropy(rows[accepted.nodes[-1]][None])[0]
-        for depth, node in enumerate(accepted.nodes[1:], start=1):
+        ids[e.req_idx, : len(verdict.emitted)] = torch.tensor(verdict.emitted, dtype=ids.dtype)
+        entropies[starts[e.req_idx] + len(verdict.emitted) - 1] = verdict.entropy
+        for depth, node in enumerate(e.accepted[1:], start=1):
             if node != depth:
                 src.append(e.start + node)
                 dst.append(e.start + depth)

@@ -1,0 +1,170 @@
+"""`Speculator`: the speculation core every runtime calls, for a whole batch at a time.
+
+    speculator = Speculator(make_policy, make_drafter, acceptance)    # once per engine
+    trees = speculator.draft([DraftRequest(...), ...])   # per request: plan a shape, draft (batched)
+      ... the engine runs its target over the trees (tree attention, depth positions) ...
+    verdicts = speculator.verify(trees, logits, starts, checks)       # accepted path, bonus, entropy
+    speculator.observe(req_id, accepted, entropy)                     # the policy learns
+A plugin translates its engine's batch into these calls and back, and does the engine's plumbing
+(positions, attention, accepted-KV moves, scheduler accounting). Per request the speculator keeps
+the policy (the SAGE entropy EMA lives there), the drafter (its caches) and, for drafters that read
+target features, the features of every committed position but the root.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import torch
+
+from .drafters import DraftContext, EagleDrafter, ImageInputs
+from .drafters.eagle import run_drafting
+from .policies import DecodeState, StepStats, TreePolicy, TreeShape
+from .random_source import RandomSource, TorchRandom
+from .sampling import SamplingParams, entropy
+from .tree import DraftTree
+from .verify import Accepted
+from .verify.acceptance import Acceptance
+from .verify.greedy import greedy_walk_argmax
+
+GREEDY = SamplingParams()
+
+
+def chain_of(shape: TreeShape, room: int | None = None) -> TreeShape:
+    """The shape's main line as a chain, at most `room` tokens long."""
+    depth = max(1, min(shape.depth, shape.budget, room if room is not None else shape.depth))
+    return TreeShape(depth=depth, width=1, budget=depth)
+
+
+@dataclass
+class RequestState:
+    policy: TreePolicy
+    drafter: object
+    features: torch.Tensor | None = None   # target features of committed positions (drafters that read them)
+    images: ImageInputs | None = None
+    last_shape: TreeShape | None = None
+    last_drafted: int = 0
+    steps: int = 0                          # drafts proposed
+    rng: RandomSource | None = None         # the request's own stream (engines that keep none themselves)
+
+
+@dataclass(frozen=True)
+class DraftRequest:
+    req_id: str
+    tokens: torch.Tensor                   # committed tokens; tokens[-1] is the tree's root
+    params: SamplingParams = GREEDY        # what the drafter drafts with
+    rng: RandomSource | None = None        # for drafters that sample (default: a fixed stream)
+    room: int | None = None                # most drafted tokens the engine takes (None: any)
+    chain_only: bool = False               # the engine verifies chains only for this request
+
+
+@dataclass(frozen=True)
+class VerifyCheck:
+    """How one tree is verified: the request's sampling, its own generator, and the target's last
+    hidden rows for rules that read them."""
+    params: SamplingParams
+    rng: RandomSource | None = None
+    hidden: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    accepted: Accepted
+    emitted: list[int]                     # accepted drafted tokens, then the bonus
+    entropy: float                         # target entropy (nats) at the last accepted node
+
+
+class Speculator:
+    def __init__(self, make_policy: Callable[[], TreePolicy], make_drafter: Callable[[], object] | None,
+                 acceptance: Acceptance):
+        self.make_policy, self.make_drafter, self.acceptance = make_policy, make_drafter, acceptance
+        self.requests: dict[str, RequestState] = {}
+        self.fallback_rng = TorchRandom(0)
+
+    # ---- per-request state ---------------------------------------------------------------
+    def state(self, req_id: str) -> RequestState:
+        state = self.requests.get(req_id)
+        if state is None:
+            drafter = self.make_drafter() if self.make_drafter is not None else None
+            if drafter is not None:
+                drafter.begin()
+            state = self.requests[req_id] = RequestState(self.make_policy(), drafter)
+        return state
+
+    def retain(self, live: Iterable[str]) -> None:
+        """Forget every request not in `live` (finished or preempted)."""
+        for gone in set(self.requests) - set(live):
+            del self.requests[gone]
+
+    def commit_features(self, req_id: str, rows: torch.Tensor, start: int | None = None) -> None:
+        """Append the target features of newly committed positions; `start` (the position of the
+        first row) first drops what a previous step had beyond it."""
+        state = self.state(req_id)
+        kept = state.features if state.features is not None else rows[:0]
+        if start is not None:
+            kept = kept[:start]
+        state.features = torch.cat([kept, rows])
+
+    def observe(self, req_id: str, accepted: int, entropy: float) -> None:
+        """What the request's last verify did (`accepted` drafted tokens; the target's entropy where
+        the bonus was sampled); before its first draft, only the entropy counts."""
+        state = self.state(req_id)
+        state.policy.observe(StepStats(shape=state.last_shape, num_nodes=state.last_drafted,
+                                       accepted=accepted if state.last_shape is not None else 0,
+                                       target_entropy=entropy))
+
+    # ---- the step ----------------------------------------------------------------------
+    def plan(self, request: DraftRequest) -> TreeShape:
+        state = self.state(request.req_id)
+        shape = state.policy.plan(DecodeState(step=state.steps, context_len=request.tokens.numel()))
+        if request.chain_only or (request.room is not None and shape.budget > request.room):
+            shape = chain_of(shape, request.room)
+        return shape
+
+    @torch.no_grad()
+    def draft(self, requests: list[DraftRequest]) -> list[DraftTree]:
+        """One tree per request (the root alone without a drafter). EAGLE drafters sharing a head run
+        in lockstep: one head pass per tree level for all of them."""
+        trees: list[DraftTree | None] = [None] * len(requests)
+        lockstep, jobs = [], []
+        for i, request in enumerate(requests):
+            state = self.state(request.req_id)
+            state.last_shape = shape = self.plan(request)
+            if state.drafter is None:
+                trees[i] = DraftTree.root_only(int(request.tokens[-1]))
+                continue
+            context = DraftContext(request.tokens, state.features, state.images)
+            rng = request.rng or self.fallback_rng
+            if type(state.drafter) is EagleDrafter:
+                lockstep.append(i)
+                jobs.append(state.drafter.drafting(context, shape, request.params, rng))
+            else:
+                trees[i] = state.drafter.propose(context, shape, request.params, rng)
+        for i, tree in zip(lockstep, run_drafting(jobs)):
+            trees[i] = tree
+        for request, tree in zip(requests, trees):
+            state = self.requests[request.req_id]
+            state.last_drafted, state.steps = tree.num_drafted, state.steps + 1
+        return trees
+
+    @torch.no_grad()
+    def verify(self, trees: list[DraftTree], logits: torch.Tensor, starts: list[int],
+               checks: list[VerifyCheck]) -> list[Verdict]:
+        """Verifies tree i against logits rows starts[i] .. starts[i] + num_nodes - 1 (node order).
+        Greedy trees under a lossless rule share one argmax over all rows; every other tree runs
+        the acceptance rule with its request's own generator. Entropies: one batched pass."""
+        acceptance = self.acceptance
+        vectorised = acceptance.lossless and any(c.params.greedy for c in checks)
+        best = logits.argmax(-1).tolist() if vectorised else None
+        results = []
+        for tree, start, check in zip(trees, starts, checks):
+            if vectorised and check.params.greedy:
+                results.append(greedy_walk_argmax(tree, best[start: start + tree.num_nodes]))
+            else:
+                rows = logits[start: start + tree.num_nodes].float()
+                results.append(acceptance.verify(tree, rows, check.params, check.rng or self.fallback_rng,
+                                                 check.hidden))
+        last_rows = [start + accepted.nodes[-1] for start, accepted in zip(starts, results)]
+        entropies = entropy(logits[last_rows]).tolist() if last_rows else []
+        return [Verdict(accepted, accepted.emitted(tree), entropy)
+                for tree, accepted, entropy in zip(trees, results, entropies)]
