@@ -7,9 +7,12 @@ views K and V inside them through the cache's block layout, and computes only th
 requests at once (padded to the longest). Nothing is gathered per token and nothing is planned per
 layer, so a step costs a handful of torch ops per layer.
 
-Cache layout: `regions` is [num_blocks, kv_heads, region] where one (block, kv head) region holds K
-and V of `block_size` tokens; `BlockLayout` says where K(offset, d) and V(offset, d) sit in it. The
-tree's own tokens must already be written at their linear slots prefix_len .. prefix_len + n - 1.
+Cache layouts: `run` reads a paged cache whose `regions` are [num_blocks, kv_heads, region], one
+(block, kv head) region holding K and V of `block_size` tokens (`BlockLayout` says where K(offset, d)
+and V(offset, d) sit in it; vLLM's CPU cache). `run_token_pool` reads a token-granular pool, K and
+V buffers [slots, kv_heads, head_dim] with one slot per token (SGLang's pool; plan it with
+`BlockLayout.token_pool`, whose "block table" is the request's slot of each position). The tree's
+own tokens must already be written at their linear positions prefix_len .. prefix_len + n - 1.
 """
 from __future__ import annotations
 
@@ -38,6 +41,12 @@ class BlockLayout:
     head_dim: int
     k_index: torch.Tensor   # [block_size, head_dim] long: index of K(offset, d) in a region
     v_index: torch.Tensor   # [block_size, head_dim] long: index of V(offset, d) in a region
+
+    @classmethod
+    def token_pool(cls, head_dim: int) -> "BlockLayout":
+        """One token per block: a pool of separate K and V buffers, each [slots, kv_heads, head_dim]."""
+        d = torch.arange(head_dim)[None, :]
+        return cls(1, head_dim, d, d + head_dim)
 
     @property
     def region_size(self) -> int:
@@ -140,25 +149,55 @@ class PagedTreeAttentionPlan:
                               v_view.dim_stride), v_view.start)
         return k_t, v
 
+    def _queries(self, query: torch.Tensor, heads: int) -> torch.Tensor:
+        """The tree rows of query [T, Hq, D] as [B, Hkv, group * n_max, D] in fp32."""
+        batch, n_max = self.query_rows.shape
+        hq, d = query.shape[1], query.shape[2]
+        q = query.index_select(0, self.query_rows.reshape(-1)).view(batch, n_max, heads, hq // heads, d)
+        return q.permute(0, 2, 3, 1, 4).reshape(batch, heads, hq // heads * n_max, d).float()
+
+    def _probabilities(self, scores: torch.Tensor, heads: int, scale: float | None, softcap: float) -> torch.Tensor:
+        """scores [B, Hkv, group * n_max, keys] -> masked softmax, same shape."""
+        batch, n_max = self.query_rows.shape
+        d = self.layout.head_dim
+        scores = scores.mul_(scale if scale is not None else 1.0 / math.sqrt(d))
+        if softcap:
+            scores = torch.tanh(scores / softcap) * softcap
+        keys = scores.shape[-1]
+        scores = scores.view(batch, heads, -1, n_max, keys).add_(self.mask.view(batch, 1, 1, n_max, keys))
+        return torch.softmax(scores, dim=-1).view(batch, heads, -1, keys)
+
+    def _write(self, out: torch.Tensor, output: torch.Tensor, heads: int) -> None:
+        """out [B, Hkv, group * n_max, D] into the tree rows of output [T, Hq * D] or [T, Hq, D]."""
+        batch, n_max = self.query_rows.shape
+        d = out.shape[-1]
+        out = out.view(batch, heads, -1, n_max, d).permute(0, 3, 1, 2, 4).reshape(batch * n_max, -1)
+        flat = output.view(output.shape[0], -1)
+        flat.index_copy_(0, self.out_rows, out.index_select(0, self.out_select).to(flat.dtype))
+
     def run(self, query: torch.Tensor, regions: torch.Tensor, output: torch.Tensor,
             scale: float | None = None, softcap: float = 0.0) -> None:
         """query [T, Hq, D] (the step's rows); regions [num_blocks, Hkv, region]; writes the tree
         rows of `output` ([T, Hq * D] or [T, Hq, D]). Softmax in fp32."""
-        batch, n_max = self.query_rows.shape
-        hq, d = query.shape[1], query.shape[2]
+        batch = self.query_rows.shape[0]
         k_t, v = self._blocks(regions)
         nb, heads, bs = self.num_blocks, k_t.shape[2], self.layout.block_size
-        group = hq // heads
-        q = query.index_select(0, self.query_rows.reshape(-1)).view(batch, n_max, heads, group, d)
-        q = q.permute(0, 2, 3, 1, 4).reshape(batch, 1, heads, group * n_max, d).float()
+        q = self._queries(query, heads)[:, None]                               # [B, 1, H, g*n, D]
         scores = torch.matmul(q, k_t)                                         # [B, nb, H, g*n, bs]
-        scores = scores.permute(0, 2, 3, 1, 4).reshape(batch, heads, group, n_max, nb * bs)
-        scores.mul_(scale if scale is not None else 1.0 / math.sqrt(d))
-        if softcap:
-            scores = torch.tanh(scores / softcap) * softcap
-        probs = torch.softmax(scores.add_(self.mask), dim=-1)
-        probs = probs.view(batch, heads, group * n_max, nb, bs).permute(0, 3, 1, 2, 4)
-        out = torch.matmul(probs, v).sum(1)                                    # [B, H, g*n, D]
-        out = out.view(batch, heads, group, n_max, d).permute(0, 3, 1, 2, 4).reshape(batch * n_max, hq * d)
-        flat = output.view(output.shape[0], -1)
-        flat.index_copy_(0, self.out_rows, out.index_select(0, self.out_select).to(flat.dtype))
+        scores = scores.permute(0, 2, 3, 1, 4).reshape(batch, heads, -1, nb * bs)
+        probs = self._probabilities(scores, heads, scale, softcap)
+        probs = probs.view(batch, heads, -1, nb, bs).permute(0, 3, 1, 2, 4)
+        self._write(torch.matmul(probs, v).sum(1), output, heads)             # [B, H, g*n, D]
+
+    def run_token_pool(self, query: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
+                       output: torch.Tensor, scale: float | None = None, softcap: float = 0.0) -> None:
+        """As `run`, for a plan built with `BlockLayout.token_pool` over K and V buffers [slots, Hkv, D]."""
+        if self.layout.block_size != 1:
+            raise ValueError("run_token_pool needs a plan built with BlockLayout.token_pool (one token per block)")
+        batch, keys = self.query_rows.shape[0], self.num_blocks
+        heads = k_buffer.shape[1]
+        k = k_buffer.index_select(0, self.block_ids).view(batch, keys, heads, -1).float()
+        v = v_buffer.index_select(0, self.block_ids).view(batch, keys, heads, -1).float()
+        scores = torch.matmul(self._queries(query, heads), k.permute(0, 2, 3, 1))   # [B, H, g*n, keys]
+        probs = self._probabilities(scores, heads, scale, softcap)
+        self._write(torch.matmul(probs, v.transpose(1, 2)), output, heads)

@@ -125,3 +125,24 @@ def test_gather_prefix_follows_the_block_table():
         regions[b, :, layout.v_index[off]] = -slot - torch.arange(dim, dtype=torch.float)
     k, v = layout.gather_prefix(regions, torch.tensor([2, 0, 1]), 6)  # blocks in the request's order
     assert k[:, 0, 0].tolist() == [8, 9, 10, 11, 0, 1] and v[:, 1, 1].tolist() == [-9, -10, -11, -12, -1, -2]
+
+
+def test_token_pool_run_equals_dense_reference():
+    """SGLang-style pool: separate K and V buffers, one slot per token, scattered slots per request."""
+    g = torch.Generator().manual_seed(5)
+    trees = [DraftTree.from_parents([1, 2, 3, 4, 5, 6], [-1, 0, 0, 1, 1, 2]), DraftTree.chain(7, [8, 9])]
+    prefixes, starts = [11, 4], [0, 9]
+    k_buffer, v_buffer = torch.randn(64, HKV, D, generator=g), torch.randn(64, HKV, D, generator=g)
+    free = torch.randperm(64, generator=g)
+    tables = [free[:20], free[20:40]]                   # each request's slot of each position
+    query = torch.randn(14, HQ, D, generator=g)
+    plan = PagedTreeAttentionPlan.build(BlockLayout.token_pool(D), trees, prefixes, starts, tables)
+    output = torch.full((14, HQ * D), 123.0)
+    plan.run_token_pool(query, k_buffer, v_buffer, output, scale=0.3)
+    for tree, prefix, start, table in zip(trees, prefixes, starts, tables):
+        rows, slots = slice(start, start + tree.num_nodes), table[: prefix + tree.num_nodes]
+        want = tree_attention_reference(query[rows], k_buffer[slots], v_buffer[slots], torch.tensor([0, tree.num_nodes]),
+                                        torch.tensor([0, slots.numel()]), tree.attention_mask(prefix).reshape(-1),
+                                        sm_scale=0.3)
+        torch.testing.assert_close(output[rows].view(-1, HQ, D), want, rtol=1e-5, atol=1e-5)
+    assert (output[6:9] == 123.0).all()

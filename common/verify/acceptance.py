@@ -73,8 +73,3 @@ class Acceptance:
     def verify(self, tree: DraftTree, logits: torch.Tensor, params: SamplingParams, rng,
                hidden: torch.Tensor | None = None) -> Accepted:
         return verify(tree, logits, params, self.rule, rng, target_hidden=hidden, **self.options)
-
-    def describe(self) -> str:
-        options = {k: (str(v.provenance.get("path", v)) if k == "path" and not isinstance(v, str) else v)
-                   for k, v in self.options.items()}
-        return f"{self.rule!r} {options}" if options else repr(self.rule)

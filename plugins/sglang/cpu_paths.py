@@ -5,13 +5,14 @@ attention path without tree masks. Installed only when SGLang runs its CPU engin
   moves accepted KV itself, in torch;
 - `assign_req_to_token_pool_func` (slots for each step's verify window) is a torch range write;
 - `TorchNativeAttnBackend.forward_extend` in TARGET_VERIFY mode attends with each tree's mask:
-  every node sees the request's cached prefix and its own ancestors (sagespec.kernels' torch path).
+  every node sees the request's cached prefix and its own ancestors, read straight from the pool
+  (sagespec.kernels' paged tree attention, planned once per step).
 """
 from __future__ import annotations
 
 import torch
 
-from sagespec.kernels.tree_attention import tree_attention_reference
+from sagespec.kernels.paged_tree_attention import BlockLayout, PagedTreeAttentionPlan
 from sagespec.plugins._hooks import Hook, Patches
 
 POOL = "sglang.srt.mem_cache.memory_pool"
@@ -69,32 +70,29 @@ def _assign(original):
 
 
 def tree_verify_attention(backend, q, k, v, layer, forward_batch):
-    """TARGET_VERIFY rows of a sage batch: write the tree tokens' KV, then attend per request over
-    its prefix plus its tree with the tree mask."""
+    """TARGET_VERIFY rows of a sage batch: write the tree tokens' KV, then attend over each request's
+    prefix and tree straight from the pool, with a plan built once per step (at the first layer)."""
     from sglang.srt.mem_cache.memory_pool import KVWriteLoc
     pool = backend.token_to_kv_pool
     if k is not None and v is not None:
         pool.set_kv_buffer(layer, KVWriteLoc(forward_batch.out_cache_loc, backend.swa_out_cache_loc), k, v)
-    mask = forward_batch.spec_info.sage_mask            # [bs, n, n]
-    bs, n = mask.shape[0], mask.shape[1]
-    seq_lens = forward_batch.seq_lens.tolist()          # cached prefix per request (tree excluded)
-    rows = backend.req_to_token_pool.req_to_token
-    pools = forward_batch.req_pool_indices.tolist()
-    kv_locs = torch.cat([rows[pools[b], : seq_lens[b] + n] for b in range(bs)]).long()
-    key = pool.get_key_buffer(layer.layer_id)[kv_locs]
-    value = pool.get_value_buffer(layer.layer_id)[kv_locs]
-    qo_indptr = torch.arange(bs + 1) * n
-    kv_indptr = torch.tensor([0] + [s + n for s in seq_lens]).cumsum(0)
-    blocks = [torch.cat([torch.ones(n, seq_lens[b], dtype=torch.bool), mask[b]], 1).flatten() for b in range(bs)]
+    spec = forward_batch.spec_info
+    if spec.sage_plan is None:
+        rows = backend.req_to_token_pool.req_to_token
+        pools, n = forward_batch.req_pool_indices.tolist(), spec.draft_token_num
+        spec.sage_plan = PagedTreeAttentionPlan.build(
+            BlockLayout.token_pool(layer.qk_head_dim), spec.sage_trees, forward_batch.seq_lens.tolist(),
+            [b * n for b in range(len(pools))], [rows[p] for p in pools])
     q_ = q.view(-1, layer.tp_q_head_num, layer.qk_head_dim)
-    out = tree_attention_reference(q_, key.to(q.dtype), value.to(q.dtype), qo_indptr, kv_indptr, torch.cat(blocks),
-                                   sm_scale=layer.scaling)
-    return out.reshape(q.shape[0], layer.tp_q_head_num * layer.v_head_dim)
+    out = torch.zeros(q_.shape[0], layer.tp_q_head_num * layer.v_head_dim, dtype=q.dtype)  # pads' rows stay 0
+    spec.sage_plan.run_token_pool(q_, pool.get_key_buffer(layer.layer_id), pool.get_value_buffer(layer.layer_id),
+                                  out, scale=layer.scaling, softcap=layer.logit_cap or 0.0)
+    return out
 
 
 def _attention(original):
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, *args, **kwargs):
-        if forward_batch.forward_mode.is_target_verify() and getattr(forward_batch.spec_info, "sage_mask", None) \
+        if forward_batch.forward_mode.is_target_verify() and getattr(forward_batch.spec_info, "sage_trees", None) \
                 is not None:
             return tree_verify_attention(self, q, k, v, layer, forward_batch)
         return original(self, q, k, v, layer, forward_batch, save_kv_cache, *args, **kwargs)

@@ -103,8 +103,10 @@ def worker_class():
     from .options import parse_server_args
 
     class SageVerifyInput(NgramVerifyInput):
-        """NGRAM's verify input plus the tree mask [bs, n, n] our attention path reads."""
-        sage_mask: torch.Tensor | None = None
+        """NGRAM's verify input plus the step's trees, and the attention plan the first layer builds
+        from them (cpu_paths.tree_verify_attention)."""
+        sage_trees: list | None = None
+        sage_plan: object = None
 
     class SageWorker(BaseSpecWorker):
         def __init__(self, server_args, gpu_id, nccl_port, target_worker):
@@ -241,7 +243,7 @@ def worker_class():
             batch.out_cache_loc = out_cache_loc
             spec = SageVerifyInput(draft_token=batch.input_ids, custom_mask=layout.mask.flatten(), positions=positions,
                                    draft_token_num=n)
-            spec.sage_mask = layout.mask
+            spec.sage_trees = trees
             batch.spec_info = spec
 
         def _move_accepted_kv(self, out_cache_loc: torch.Tensor, accepted: list[tuple[int, ...]]):
