@@ -4,8 +4,9 @@ Per-request state (policy, drafter, features) lives in the shared `Speculator`. 
 what the last verify did, plan and draft every request's tree in one batched call, hand vLLM each
 tree's tokens in topological order and remember the tree (`trees`), which `tree_step` verifies
 (chains too) through the same speculator. The runner hooks leave what they learn here
-(`entropies`, `accepted`), never on vLLM's runner. Requests with options only vLLM's sampler applies get chains that vLLM verifies when they
-are greedy, and no drafts when they sample (see `step_view.DRAFT_MODES`).
+(`entropies`, `accepted`), never on vLLM's runner. Requests with options only vLLM's sampler
+applies get chains that vLLM verifies when they are greedy, and no drafts when they sample (see
+`step_view.DRAFT_MODES`).
 """
 from __future__ import annotations
 
