@@ -28,7 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from sagespec.common.datasets import DATASETS
 from sagespec.plugins.transformers.chat_prompts import chat_prompt_ids
+from sagespec.plugins.transformers.model_loading import GEMMA3, resolve_model_path
 from sagespec.common.step_times import SECTIONS
 from sagespec.plugins.vllm.metrics import spec_decode_counters
 
@@ -37,6 +39,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 EAGLE3_DIR = "{eagle3}"   # replaced by the exported head's folder
+MODELS = {"smollm2": "SmolLM2-135M-Instruct", GEMMA3: "Gemma 3 270M"}
 CONFIGS = {
     "plain": None,
     "vllm-ngram": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2},
@@ -83,10 +86,11 @@ def run(model: Path, spec, ids, max_tokens: int, batch: int, dtype: str, eager: 
     breakdown = None
     if times_before is not None:
         spent = {k: times_after[k] - times_before[k] for k in times_after}
-        steps = max(spent.pop("steps"), 1)
+        steps, tree_steps = max(spent.pop("steps"), 1), spent.pop("tree_steps")
         breakdown = {k: v / steps for k, v in spent.items()}
         breakdown["engine_and_other"] = seconds / steps - sum(breakdown.values())
-        breakdown["verify_steps"] = steps
+        breakdown["decode_steps"], breakdown["tree_steps"] = steps, tree_steps
+        breakdown["tokens_per_step"] = sum(len(t) for t in tokens) / steps
     drafts = after["vllm:spec_decode_num_drafts"] - before["vllm:spec_decode_num_drafts"]
     accepted = after["vllm:spec_decode_num_accepted_tokens"] - before["vllm:spec_decode_num_accepted_tokens"]
     n_tokens = sum(len(t) for t in tokens)
@@ -125,21 +129,25 @@ def rows_for(results: dict, mode: str, batch: int, num_prompts: int) -> list[dic
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2", choices=list(MODELS),
+                    help="the target; eagle configurations need a shipped head (SmolLM2 only)")
+    ap.add_argument("--dataset", default="mt-bench", choices=list(DATASETS))
     ap.add_argument("--num-prompts", type=int, default=20)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--batch", default="1,4", help="comma-separated batch sizes (max_num_seqs)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--modes", default="compiled", help="comma-separated, from ['compiled', 'eager']: vLLM's "
                     "default compiled forward and/or enforce_eager")
-    ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from {list(CONFIGS)}")
+    ap.add_argument("--configs", help=f"comma-separated, from {list(CONFIGS)} (default: all the model can run)")
     ap.add_argument("--out", default="benchmarks/results/vllm_speed.json")
     ap.add_argument("--one", help=argparse.SUPPRESS)        # internal: run one config, write --out
     ap.add_argument("--eagle3-dir", help=argparse.SUPPRESS)  # internal: the exported head
     args = ap.parse_args()
-    names = args.configs.split(",")
-    unknown = [n for n in names if n not in CONFIGS]
+    runnable = [n for n in CONFIGS if args.model == "smollm2" or "eagle" not in n]
+    names = args.configs.split(",") if args.configs else runnable
+    unknown = [n for n in names if n not in runnable]
     if unknown:
-        ap.error(f"--configs: unknown {unknown}; allowed: {list(CONFIGS)}")
+        ap.error(f"--configs: {unknown} cannot run on {args.model}; allowed: {runnable}")
     modes = args.modes.split(",")
     if not modes or any(m not in ("compiled", "eager") for m in modes):
         ap.error(f"--modes: {args.modes!r}; allowed: compiled, eager (comma-separated)")
@@ -149,14 +157,13 @@ def main() -> None:
         ap.error(f"--batch: {args.batch!r} is not a comma-separated list of integers")
     if any(b < 1 for b in batches) or args.num_prompts < 1 or args.max_tokens < 1:
         ap.error("--batch, --num-prompts and --max-tokens must be positive")
-    from sagespec.plugins.transformers.model_loading import smollm2_folder
-    model = smollm2_folder()
+    model = resolve_model_path(args.model)
     if args.one:
         spec = CONFIGS[args.one]
         if spec and spec.get("model") == EAGLE3_DIR:
             spec = {**spec, "model": args.eagle3_dir}
-        result = run(model, spec, chat_prompt_ids(model, args.num_prompts), args.max_tokens, batches[0], args.dtype,
-                     eager=modes[0] == "eager")
+        result = run(model, spec, chat_prompt_ids(model, args.num_prompts, args.dataset), args.max_tokens, batches[0],
+                     args.dtype, eager=modes[0] == "eager")
         Path(args.out).write_text(json.dumps(result))
         return
     rows = []
@@ -167,7 +174,8 @@ def main() -> None:
                 results = {}
                 for name in names:
                     part = Path(tmp) / f"{name}-{mode}-{batch}.json"
-                    cmd = [sys.executable, __file__, "--one", name, "--out", str(part), "--num-prompts",
+                    cmd = [sys.executable, __file__, "--one", name, "--out", str(part), "--model", args.model,
+                           "--dataset", args.dataset, "--num-prompts",
                            str(args.num_prompts), "--max-tokens", str(args.max_tokens), "--batch", str(batch),
                            "--dtype", args.dtype, "--modes", mode, "--eagle3-dir", eagle3]
                     print(f"== {name}, {mode}, batch {batch}", flush=True)
@@ -176,11 +184,11 @@ def main() -> None:
                 rows += rows_for(results, mode, batch, args.num_prompts)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"model": "SmolLM2-135M-Instruct", "dataset": "mt-bench", "num_prompts": args.num_prompts,
+    meta = {"model": MODELS[args.model], "dataset": args.dataset, "num_prompts": args.num_prompts,
             "max_tokens": args.max_tokens, "batches": batches, "modes": modes, "dtype": args.dtype, "greedy": True,
             "speedup": "batch 1: median of per-prompt ratios; batch > 1: ratio of throughputs",
-            "step_seconds": "per verify step with trees: sage's sections, and the engine's forward, sampler, "
-                            "scheduler and prefills (engine_and_other)"}
+            "step_seconds": "per decode step (steps that found no draft included): sage's sections, and the "
+                            "engine's forward, sampler, scheduler and prefills (engine_and_other)"}
     out.write_text(json.dumps({"meta": meta, "results": rows}, indent=2) + "\n")
     print(table(rows))
     plot(rows, out.with_suffix(".png"), meta)
@@ -229,13 +237,14 @@ def plot(rows, path: Path, meta) -> None:
         ms = [r["step_seconds"][part] * 1e3 for r in sage]
         right.barh(range(len(sage)), ms, left=bottom, label=part.replace("_", " "))
         bottom = [b + m for b, m in zip(bottom, ms)]
-    right.scatter([r["plain_step_seconds"] * 1e3 * r["tau"] for r in sage], range(len(sage)), marker="|", s=300,
-                  color="black", label="plain time for tau tokens (break-even)", zorder=3)
+    break_even = [r["plain_step_seconds"] * 1e3 * r["step_seconds"]["tokens_per_step"] / r["batch"] for r in sage]
+    right.scatter(break_even, range(len(sage)), marker="|", s=300,
+                  color="black", label="plain time for the tokens a step emits (break-even)", zorder=3)
     right.set_yticks(range(len(sage)), labels)
-    right.set_xlabel("ms per verify step")
+    right.set_xlabel("ms per decode step")
     right.invert_yaxis()
     right.legend(fontsize=8)
-    fig.suptitle(f"vLLM CPU, {meta['model']}, {meta['dtype']}, {meta['num_prompts']} MT-Bench x "
+    fig.suptitle(f"vLLM CPU, {meta['model']}, {meta['dtype']}, {meta['num_prompts']} {meta['dataset']} x "
                  f"{meta['max_tokens']}, greedy")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

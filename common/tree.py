@@ -137,6 +137,10 @@ class DraftTree:
         mask[:, prefix_len:] = self.ancestor_mask()
         return mask
 
+    def key_positions(self, prefix_len: int) -> torch.Tensor:
+        """[prefix_len + n] the position of every key a verify reads: the prefix's, then each node's."""
+        return torch.cat([torch.arange(prefix_len), self.positions(prefix_len)])
+
     def positions(self, prefix_len: int) -> torch.Tensor:
         """RoPE positions: the root sits right after the cached prefix, each node at prefix + depth."""
         return self.depths + prefix_len
@@ -214,3 +218,10 @@ class RaggedTrees:
         indptr = torch.zeros(len(blocks) + 1, dtype=torch.long)
         indptr[1:] = torch.cumsum(torch.tensor([b.numel() for b in blocks], dtype=torch.long), 0)
         return torch.cat(blocks), indptr
+
+
+def within_window(query_positions: torch.Tensor, key_positions: torch.Tensor, window: int) -> torch.Tensor:
+    """[q, k] bool: key k lies in query q's sliding window of `window` tokens ending at q itself
+    (q - k < window). AND it with a tree mask: within a tree, positions are prefix + depth."""
+    return (query_positions[:, None] - key_positions[None, :]) < window
+

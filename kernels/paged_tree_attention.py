@@ -23,7 +23,7 @@ from typing import Sequence
 
 import torch
 
-from sagespec.common.tree import DraftTree
+from sagespec.common.tree import DraftTree, within_window
 
 
 @dataclass(frozen=True)
@@ -102,15 +102,22 @@ class PagedTreeAttentionPlan:
 
     @classmethod
     def build(cls, layout: BlockLayout, trees: Sequence[DraftTree], prefix_lens: Sequence[int],
-              row_starts: Sequence[int], block_tables: Sequence[torch.Tensor]) -> "PagedTreeAttentionPlan":
+              row_starts: Sequence[int], block_tables: Sequence[torch.Tensor],
+              window: int | None = None) -> "PagedTreeAttentionPlan":
         """Tree r's node i is the step's row row_starts[r] + i and sits at linear slot
-        prefix_lens[r] + i of the request whose block-table row is block_tables[r]."""
+        prefix_lens[r] + i of the request whose block-table row is block_tables[r]. With a sliding
+        `window` W, node i (position prefix + depth_i) sees only keys at positions > prefix + depth_i - W:
+        the prefix's last W - 1 - depth_i tokens and its ancestors less than W deep above it; blocks
+        wholly before the root's window are not read (an engine may have freed them)."""
         if not trees:
             raise ValueError("PagedTreeAttentionPlan needs at least one tree")
+        if window is not None and window < 1:
+            raise ValueError(f"sliding window must be >= 1, got {window}")
         bs = layout.block_size
         n_max = max(t.num_nodes for t in trees)
         seq = [p + t.num_nodes for p, t in zip(prefix_lens, trees)]
-        blocks_max = max(-(-s // bs) for s in seq)
+        first = [max(0, p - window + 1) // bs if window else 0 for p in prefix_lens]   # first block read
+        blocks_max = max(-(-s // bs) - f for s, f in zip(seq, first))
         width = blocks_max * bs
         batch = len(trees)
         query_rows = torch.zeros(batch, n_max, dtype=torch.long)
@@ -120,11 +127,17 @@ class PagedTreeAttentionPlan:
         for r, (tree, prefix, start, table) in enumerate(zip(trees, prefix_lens, row_starts, block_tables)):
             n, used = tree.num_nodes, -(-seq[r] // bs)
             query_rows[r, :n] = torch.arange(start, start + n)
-            ids = table[:used].long()
-            block_ids[r, :used] = ids
-            block_ids[r, used:] = ids[0]
-            mask[r, :n, :prefix] = 0.0
-            mask[r, :n, prefix: prefix + n].masked_fill_(tree.ancestor_mask(), 0.0)
+            ids = table[first[r]:used].long()
+            block_ids[r, :ids.numel()] = ids
+            block_ids[r, ids.numel():] = ids[0]
+            visible = torch.zeros(n, width, dtype=torch.bool)
+            base = first[r] * bs   # the slot of mask column 0
+            visible[:, :prefix - base] = True
+            visible[:, prefix - base: prefix - base + n] = tree.ancestor_mask()
+            if window:
+                keys = tree.key_positions(prefix)[base:]
+                visible[:, :keys.numel()] &= within_window(tree.positions(prefix), keys, window)
+            mask[r, :n].masked_fill_(visible, 0.0)
             out_rows += range(start, start + n)
             out_select += range(r * n_max, r * n_max + n)
         return cls(layout, query_rows, torch.tensor(out_rows), torch.tensor(out_select), block_ids.reshape(-1),

@@ -4,8 +4,12 @@ explicit positions, contiguous commit of accepted KV. Attention runs through
 `sagespec.kernels.tree_attention`, registered with transformers' attention interface."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
+from sagespec.common.params import ConfigError
+from sagespec.common.tree import within_window
 from sagespec.kernels import commit_accepted_kv, row_attention, tree_attention
 
 ATTENTION_NAME = "sagespec_tree"
@@ -13,27 +17,71 @@ _backend = {"name": "auto"}
 # While `layer` is set, the attention of the last query row at that layer (mean over heads) is kept
 # in `weights` [kv]: the target's own attention, read for image-row saliency.
 _probe: dict = {"layer": None, "weights": None}
+# While HFTreeLM runs a forward: its query positions [q]. Cached keys sit at their positions
+# (the cache is committed contiguously), so keys are [0 .. kv - q) followed by the queries' own.
+_forward: dict = {"positions": None}
 
 
-
-
-def _hf_tree_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """query [1, Hq, q, D], key/value [1, Hkv, kv, D] (cache included) -> ([1, q, Hq, D], None)."""
-    if query.shape[0] != 1:
-        raise ValueError("the reference runtime runs one request at a time")
-    q_len, kv_len = query.shape[2], key.shape[2]
+def _visible(attention_mask, q_len: int, kv_len: int, device, window: int | None) -> torch.Tensor:
+    """[q, kv] bool: the forward's mask (a causal one when none is given), within the layer's window."""
     if attention_mask is None:  # plain causal use (e.g. model.generate): the last q rows of a causal mask
-        mask = torch.ones(q_len, kv_len, dtype=torch.bool, device=query.device).tril(kv_len - q_len)
+        mask = torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(kv_len - q_len)
     else:
         mask = attention_mask[0, 0]
         if mask.dtype != torch.bool:
             mask = mask == 0
+    if window:
+        queries = _forward["positions"]
+        if queries is None:
+            queries = torch.arange(kv_len - q_len, kv_len)
+        keys = torch.cat([torch.arange(kv_len - q_len), queries.cpu()])
+        mask = mask & within_window(queries.cpu(), keys, window).to(mask.device)
+    return mask
+
+
+def _softcapped_attention(query, key, value, mask, scaling, softcap):
+    """Eager attention with tanh soft-capping of the scores (Gemma 2); query [Hq, q, D], key/value
+    [Hkv, kv, D] -> [q, Hq, D]. Softmax in fp32, as transformers' eager path."""
+    group = query.shape[0] // key.shape[0]
+    key, value = key.repeat_interleave(group, 0), value.repeat_interleave(group, 0)
+    scores = torch.tanh(query @ key.transpose(1, 2) * scaling / softcap) * softcap
+    probs = scores.masked_fill(~mask, float("-inf")).float().softmax(-1).to(value.dtype)
+    return (probs @ value).transpose(0, 1)
+
+
+def _hf_tree_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """query [1, Hq, q, D], key/value [1, Hkv, kv, D] (cache included) -> ([1, q, Hq, D], None).
+    Honours the layer's `sliding_window` and `softcap` (attention sinks are refused at load)."""
+    if query.shape[0] != 1:
+        raise ValueError("the reference runtime runs one request at a time")
+    q_len, kv_len = query.shape[2], key.shape[2]
+    mask = _visible(attention_mask, q_len, kv_len, query.device, kwargs.get("sliding_window"))
     if _probe["layer"] is not None and getattr(module, "layer_idx", None) == _probe["layer"]:
         _probe["weights"] = row_attention(query[0, :, -1], key[0].transpose(0, 1), scaling, mask[-1])
+    if kwargs.get("softcap"):
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        return _softcapped_attention(query[0], key[0], value[0], mask, scale, kwargs["softcap"]).unsqueeze(0), None
     out = tree_attention(query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
                          torch.tensor([0, q_len]), torch.tensor([0, kv_len]), mask.reshape(-1),
                          sm_scale=scaling, backend=_backend["name"])
     return out.unsqueeze(0), None
+
+
+def refuse_unsupported_attention(model) -> None:
+    """At load: a ConfigError naming an attention feature tree verification does not reproduce."""
+    for name, module in model.get_decoder().named_modules():
+        if isinstance(getattr(module, "sinks", None), torch.Tensor):
+            raise ConfigError(f"sagespec: {name} uses attention sinks, which the reference runtime's tree "
+                              "attention does not reproduce")
+
+
+@contextmanager
+def _positions_of(positions: torch.Tensor):
+    _forward["positions"] = positions.reshape(-1)
+    try:
+        yield
+    finally:
+        _forward["positions"] = None
 
 
 def register_attention(backend: str = "auto") -> None:
@@ -47,12 +95,26 @@ class HFTreeLM:
         from transformers import DynamicCache
         register_attention(_backend["name"])
         # The text decoder only: a vision tower's attention is bidirectional and stays the model's own.
-        model.get_decoder().set_attn_implementation(ATTENTION_NAME)
+        refuse_unsupported_attention(model)
+        decoder = model.get_decoder()
+        decoder.set_attn_implementation(ATTENTION_NAME)
+        if decoder.config._attn_implementation != ATTENTION_NAME:   # transformers only logs this
+            raise ConfigError(f"sagespec: {type(decoder).__name__} computes its own attention (not through "
+                              "transformers' attention interface), so tree attention cannot run in it")
         self.model = model
         self.vocab_size = model.config.get_text_config().vocab_size
         self.hidden_layer_ids = tuple(hidden_layer_ids)
         self._cache_cls = DynamicCache
-        self.cache = DynamicCache(config=model.config)
+        self.cache = self._new_cache()
+
+    def _new_cache(self):
+        """The model's cache with every sliding-window layer kept whole: a tree's nodes and the accepted
+        path are committed by index, and the window is applied in attention instead."""
+        from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+        cache = self._cache_cls(config=self.model.config)
+        cache.layers = [DynamicLayer() if isinstance(layer, DynamicSlidingWindowLayer) else layer
+                        for layer in cache.layers]
+        return cache
 
     @property
     def length(self) -> int:
@@ -75,9 +137,10 @@ class HFTreeLM:
         """Logits [q, V] in fp32; with_hidden also returns the chosen layers' hidden states
         concatenated [q, len(ids) * hidden]. `inputs_embeds` [q, H] replaces the token embeddings."""
         dev = self.device
-        out = self.model(**self._inputs(tokens, inputs_embeds), position_ids=positions.view(1, -1).to(dev),
-                         attention_mask=mask[None, None].to(dev), past_key_values=self.cache, use_cache=True,
-                         output_hidden_states=with_hidden)
+        with _positions_of(positions):
+            out = self.model(**self._inputs(tokens, inputs_embeds), position_ids=positions.view(1, -1).to(dev),
+                             attention_mask=mask[None, None].to(dev), past_key_values=self.cache, use_cache=True,
+                             output_hidden_states=with_hidden)
         logits = out.logits[0].float()
         if not with_hidden:
             return logits
@@ -88,10 +151,11 @@ class HFTreeLM:
         """(logits [q, V] fp32, chosen layers' features or None, last normed hidden state [q, H]):
         the decoder, then the output layer on its last hidden state, as the LM's own forward does."""
         dev = self.device
-        out = self.model.get_decoder()(**self._inputs(tokens, inputs_embeds),
-                                       position_ids=positions.view(1, -1).to(dev),
-                                       attention_mask=mask[None, None].to(dev), past_key_values=self.cache,
-                                       use_cache=True, output_hidden_states=with_hidden)
+        with _positions_of(positions):
+            out = self.model.get_decoder()(**self._inputs(tokens, inputs_embeds),
+                                           position_ids=positions.view(1, -1).to(dev),
+                                           attention_mask=mask[None, None].to(dev), past_key_values=self.cache,
+                                           use_cache=True, output_hidden_states=with_hidden)
         last = out.last_hidden_state
         logits = self.model.get_output_embeddings()(last)[0].float()
         feats = self._layer_feats(out.hidden_states) if with_hidden else None
@@ -114,7 +178,7 @@ class HFTreeLM:
 
     def truncate(self, length: int) -> None:
         if length == 0:
-            self.cache = self._cache_cls(config=self.model.config)
+            self.cache = self._new_cache()
             return
         for layer in self.cache.layers:
             layer.keys = layer.keys[:, :, :length]

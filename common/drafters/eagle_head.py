@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..params import ConfigError
+from .packed_linear import PackedLinear
 
 CONFIG_NAME, WEIGHTS_NAME = "config.json", "model.safetensors"
 ARCHITECTURE = "sagespec-eagle-head"
@@ -91,15 +92,39 @@ def _rms_norm(x, weight, eps):
     return weight * (x.float() * torch.rsqrt(var + eps)).to(x.dtype)
 
 
-def _rope(x, positions, theta):
-    """Rotate-half RoPE over the last dim of x [..., q, heads, d] at integer positions [..., q]."""
+def _rope_tables(positions, d, theta, dtype, device):
+    """(cos, sin) [..., q, 1, d] of rotate-half RoPE at integer positions [..., q]."""
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=device) / d))
+    ang = positions.to(device).float()[..., None] * inv
+    ang = torch.cat([ang, ang], -1)[..., None, :]
+    return ang.cos().to(dtype), ang.sin().to(dtype)
+
+
+def _rope(x, tables):
+    """x [..., q, heads, d] rotated by `_rope_tables` of its positions."""
+    cos, sin = tables
     d = x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d))
-    ang = positions.to(x.device).float()[..., None] * inv
-    cos = torch.cat([ang.cos(), ang.cos()], -1)[..., None, :].to(x.dtype)
-    sin = torch.cat([ang.sin(), ang.sin()], -1)[..., None, :].to(x.dtype)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+class _DraftingWeights:
+    """The head's projections as `PackedLinear`s for passes without autograd (q/k/v fused, gate/up
+    fused). A snapshot of the weights it was built from: `EagleHead` rebuilds it when any changes."""
+
+    def __init__(self, head: "EagleHead"):
+        self.key = _weights_key(head)
+        self.fc = PackedLinear([head.fc.weight])
+        self.qkv = PackedLinear([head.q_proj.weight, head.k_proj.weight, head.v_proj.weight])
+        self.o = PackedLinear([head.o_proj.weight])
+        self.gate_up = PackedLinear([head.gate_proj.weight, head.up_proj.weight])
+        self.down = PackedLinear([head.down_proj.weight])
+        self.lm_head = PackedLinear([head.lm_head.weight]) if head.lm_head is not None else None
+
+
+def _weights_key(head: "EagleHead") -> tuple:
+    """Changes whenever a parameter is replaced, moved, cast or updated in place."""
+    return tuple((p.data_ptr(), p.dtype, p._version) for p in head.parameters())
 
 
 @dataclass(frozen=True)
@@ -139,7 +164,18 @@ class EagleHead(nn.Module):
         # Shared with the target, never trained or saved here.
         self._embed = embed_weight.detach()
         self._target_lm_head = lm_head_weight.detach()
+        # Holds one _DraftingWeights under "weights"; shallow copies (per-request heads) share it.
+        self._drafting_cache: dict[str, _DraftingWeights] = {}
         self.reset_cache()
+
+    def _packed(self) -> _DraftingWeights | None:
+        """Packed projections when no gradient is being recorded (drafting), else None."""
+        if torch.is_grad_enabled():
+            return None
+        weights = self._drafting_cache.get("weights")
+        if weights is None or weights.key != _weights_key(self):
+            weights = self._drafting_cache["weights"] = _DraftingWeights(self)
+        return weights
 
     # ---- cache --------------------------------------------------------------------------
     def reset_cache(self) -> None:
@@ -160,7 +196,9 @@ class EagleHead(nn.Module):
 
     def fuse(self, target_features: torch.Tensor) -> torch.Tensor:
         """[q, len(layers) * target_hidden] -> [q, hidden]."""
-        return self.fc(target_features.to(self.fc.weight.dtype))
+        packed = self._packed()
+        x = target_features.to(self.fc.weight.dtype)
+        return self.fc(x) if packed is None else packed.fc(x)
 
     def attention_inputs(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
                          embeds: torch.Tensor | None = None):
@@ -174,16 +212,27 @@ class EagleHead(nn.Module):
         hidden = torch.cat([_rms_norm(emb, self.embed_norm, c.rms_norm_eps),
                             _rms_norm(x, self.hidden_norm, c.rms_norm_eps)], -1)
         lead = tokens.shape
-        q = _rope(self.q_proj(hidden).view(*lead, c.num_attention_heads, c.head_dim), positions, c.rope_theta)
-        k = _rope(self.k_proj(hidden).view(*lead, c.num_key_value_heads, c.head_dim), positions, c.rope_theta)
-        v = self.v_proj(hidden).view(*lead, c.num_key_value_heads, c.head_dim)
+        packed = self._packed()
+        if packed is None:
+            q, k, v = self.q_proj(hidden), self.k_proj(hidden), self.v_proj(hidden)
+        else:
+            q, k, v = packed.qkv.split(hidden)
+        tables = _rope_tables(positions, c.head_dim, c.rope_theta, dtype, x.device)
+        q = _rope(q.reshape(*lead, c.num_attention_heads, c.head_dim), tables)
+        k = _rope(k.reshape(*lead, c.num_key_value_heads, c.head_dim), tables)
+        v = v.reshape(*lead, c.num_key_value_heads, c.head_dim)
         return x, q, k, v
 
     def attention_outputs(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """Residual x [..., q, h] plus attention output [..., q, heads, head_dim] -> output hidden."""
-        x = x + self.o_proj(attn.flatten(-2))
-        h2 = _rms_norm(x, self.post_norm, self.config.rms_norm_eps)
-        return x + self.down_proj(F.silu(self.gate_proj(h2)) * self.up_proj(h2))
+        packed = self._packed()
+        if packed is None:
+            x = x + self.o_proj(attn.flatten(-2))
+            h2 = _rms_norm(x, self.post_norm, self.config.rms_norm_eps)
+            return x + self.down_proj(F.silu(self.gate_proj(h2)) * self.up_proj(h2))
+        x = x + packed.o(attn.flatten(-2))
+        gate, up = packed.gate_up.split(_rms_norm(x, self.post_norm, self.config.rms_norm_eps))
+        return x + packed.down(F.silu(gate) * up)
 
     def step(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
              mask: torch.Tensor, use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -242,7 +291,8 @@ class EagleHead(nn.Module):
         normed = _rms_norm(hidden, self.final_norm, self.config.rms_norm_eps)
         if self.lm_head is None:
             return (normed.to(self._target_lm_head.dtype) @ self._target_lm_head.T).float()
-        return self.lm_head(normed).float()
+        packed = self._packed()
+        return (self.lm_head(normed) if packed is None else packed.lm_head(normed)).float()
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the target vocabulary; tokens outside the draft vocabulary get -inf."""

@@ -132,3 +132,36 @@ def test_smollm2_greedy_identity_on_mt_bench(mtbench_8, smollm2_folder):
     check_branching(results["sage"])
     check_branching(results["sage eagle"])
     check_identity(results)
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "gemma2-softcap"])
+def test_sliding_window_greedy_identity(tmp_path, arch):
+    """Gemma 3 / Gemma 2 (sliding window 8, and soft-capped scores in Gemma 2) with contexts far
+    longer than the window: sage trees equal plain SGLang, drafting from prompt lookup and from the
+    model itself."""
+    from tiny_models import tiny_gemma2, tiny_gemma3
+    make = tiny_gemma3 if arch == "gemma3" else tiny_gemma2
+    make(vocab_size=256, sliding_window=8).save_pretrained(tmp_path)
+    prompts = [[5, 6, 7, 8] * 4, [40, 41, 42] * 5 + [40], list(range(60, 72)) * 2]
+    sage = {"speculative_algorithm": "sage", "speculative_num_draft_tokens": 7}
+    results = engine_runs({"model": str(tmp_path), "prompts": prompts, "max_new_tokens": 32, "configs": {
+        "plain": {}, "sage": sage, "self-draft": {**sage, "speculative_draft_model_path": str(tmp_path)}}})
+    check_branching(results["sage"])
+    check_identity(results)
+
+
+def test_gemma3_270m_greedy_identity_past_the_window():
+    """The real Gemma 3 270M (fp32, sliding window 512): a prompt longer than the window and a short
+    one, SAGE trees from prompt lookup against plain SGLang."""
+    from transformers import AutoTokenizer
+
+    from sagespec.common.datasets import load_prompts
+    from sagespec.plugins.transformers.model_loading import gemma3_folder
+    folder = gemma3_folder()
+    tok = AutoTokenizer.from_pretrained(folder)
+    texts = [p.text for p in load_prompts("mt-bench", 20)]
+    prompts = [tok("\n\n".join(texts))["input_ids"], tok(texts[0])["input_ids"]]
+    assert len(prompts[0]) > 600
+    results = engine_runs({"model": str(folder), "prompts": prompts, "max_new_tokens": 32, "configs": {
+        "plain": {}, "sage": {"speculative_algorithm": "sage", "speculative_num_draft_tokens": 8}}})
+    check_identity(results)

@@ -12,15 +12,20 @@ def engine(model, spec=None, max_num_seqs: int = 8, dtype: str = "float32", max_
            **kwargs):
     """One LLM at a time (2 cores): it is shut down and its memory freed on exit."""
     from vllm import LLM
-    llm = LLM(model=str(model), dtype=dtype, enforce_eager=True, speculative_config=spec, max_model_len=max_model_len,
-              seed=0, max_num_seqs=max_num_seqs, disable_log_stats=False, **kwargs)
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+    try:
+        llm = LLM(model=str(model), dtype=dtype, enforce_eager=True, speculative_config=spec,
+                  max_model_len=max_model_len, seed=0, max_num_seqs=max_num_seqs, disable_log_stats=False, **kwargs)
+    except Exception:   # refused at startup: the next engine in this process must start clean
+        gc.collect()
+        cleanup_dist_env_and_memory()
+        raise
     try:
         yield llm
     finally:
         llm.llm_engine.engine_core.shutdown()
         del llm
         gc.collect()
-        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
         cleanup_dist_env_and_memory()
 
 

@@ -5,8 +5,9 @@ attention path without tree masks. Installed only when SGLang runs its CPU engin
   moves accepted KV itself, in torch;
 - `assign_req_to_token_pool_func` (slots for each step's verify window) is a torch range write;
 - `TorchNativeAttnBackend.forward_extend` in TARGET_VERIFY mode attends with each tree's mask:
-  every node sees the request's cached prefix and its own ancestors, read straight from the pool
-  (sagespec.kernels' paged tree attention, planned once per step).
+  every node sees the request's cached prefix and its own ancestors, within the layer's sliding
+  window if it has one, scored as that backend scores (it applies no logit cap), read straight
+  from the pool (sagespec.kernels' paged tree attention, planned once per step and window).
 """
 from __future__ import annotations
 
@@ -69,6 +70,31 @@ def _assign(original):
     return assign_req_to_token_pool_func
 
 
+def layer_window(layer) -> int | None:
+    """The layer's window in tokens (a query sees keys q - k < window), or None. SGLang stores one
+    less: its layers attend to keys k >= q - sliding_window_size."""
+    size = getattr(layer, "sliding_window_size", None)
+    return None if size is None or size < 0 else int(size) + 1
+
+
+def unsupported_attention(model, model_config) -> str | None:
+    """What in the model tree verification cannot reproduce, or None: it reproduces the torch-native
+    backend's decoder self-attention over one KV pool, with sliding windows."""
+    if getattr(model_config, "is_hybrid_swa", False):
+        return "a hybrid sliding-window KV pool (sliding layers keep only their window)"
+    if getattr(model_config, "model_is_mrope", False):
+        return "M-RoPE positions (tree nodes' 3-D positions are not written yet)"
+    for name, module in model.named_modules():
+        if isinstance(getattr(module, "sinks", None), torch.Tensor):
+            return f"attention sinks ({name})"
+        if getattr(module, "is_cross_attention", False):
+            return f"cross-attention ({name})"
+        kind = getattr(module, "attn_type", None)
+        if kind is not None and str(kind).lower().rsplit(".", 1)[-1] != "decoder":
+            return f"{kind} attention ({name})"
+    return None
+
+
 def tree_verify_attention(backend, q, k, v, layer, forward_batch):
     """TARGET_VERIFY rows of a sage batch: write the tree tokens' KV, then attend over each request's
     prefix and tree straight from the pool, with a plan built once per step (at the first layer)."""
@@ -77,16 +103,19 @@ def tree_verify_attention(backend, q, k, v, layer, forward_batch):
     if k is not None and v is not None:
         pool.set_kv_buffer(layer, KVWriteLoc(forward_batch.out_cache_loc, backend.swa_out_cache_loc), k, v)
     spec = forward_batch.spec_info
-    if spec.sage_plan is None:
+    window = layer_window(layer)
+    if window not in spec.sage_plans:
         rows = backend.req_to_token_pool.req_to_token
         pools, n = forward_batch.req_pool_indices.tolist(), spec.draft_token_num
-        spec.sage_plan = PagedTreeAttentionPlan.build(
+        spec.sage_plans[window] = PagedTreeAttentionPlan.build(
             BlockLayout.token_pool(layer.qk_head_dim), spec.sage_trees, forward_batch.seq_lens.tolist(),
-            [b * n for b in range(len(pools))], [rows[p] for p in pools])
+            [b * n for b in range(len(pools))], [rows[p] for p in pools], window=window)
     q_ = q.view(-1, layer.tp_q_head_num, layer.qk_head_dim)
     out = torch.zeros(q_.shape[0], layer.tp_q_head_num * layer.v_head_dim, dtype=q.dtype)  # pads' rows stay 0
-    spec.sage_plan.run_token_pool(q_, pool.get_key_buffer(layer.layer_id), pool.get_value_buffer(layer.layer_id),
-                                  out, scale=layer.scaling, softcap=layer.logit_cap or 0.0)
+    # No logit cap: the scores must be the engine's own, and SGLang's torch-native attention applies
+    # none (it ignores `layer.logit_cap`, e.g. Gemma 2's).
+    spec.sage_plans[window].run_token_pool(q_, pool.get_key_buffer(layer.layer_id),
+                                           pool.get_value_buffer(layer.layer_id), out, scale=layer.scaling)
     return out
 
 

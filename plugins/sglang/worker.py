@@ -106,7 +106,7 @@ def worker_class():
         """NGRAM's verify input plus the step's trees, and the attention plan the first layer builds
         from them (cpu_paths.tree_verify_attention)."""
         sage_trees: list | None = None
-        sage_plan: object = None
+        sage_plans: dict | None = None   # sliding window (None: none) -> the step's attention plan
 
     class SageWorker(BaseSpecWorker):
         def __init__(self, server_args, gpu_id, nccl_port, target_worker):
@@ -126,6 +126,11 @@ def worker_class():
                 # backends would read the verify mask in another layout.
                 raise ValueError(f"{OWNER}: the SGLang worker runs on SGLang's CPU engine only for now "
                                  f"(SGLANG_USE_CPU_ENGINE=1)")
+            from .cpu_paths import unsupported_attention
+            feature = unsupported_attention(self.model_runner.model, self.model_runner.model_config)
+            if feature is not None:
+                raise ValueError(f"{OWNER}: this model uses {feature}, which sage's tree verification does not "
+                                 "reproduce exactly; serve it without --speculative-algorithm sage")
             config = self.model_runner.model_config.hf_config
             acceptance = Acceptance(self.options.acceptance, self.options.acceptance_options, config.vocab_size,
                                     config.hidden_size)
@@ -243,7 +248,7 @@ def worker_class():
             batch.out_cache_loc = out_cache_loc
             spec = SageVerifyInput(draft_token=batch.input_ids, custom_mask=layout.mask.flatten(), positions=positions,
                                    draft_token_num=n)
-            spec.sage_trees = trees
+            spec.sage_trees, spec.sage_plans = trees, {}
             batch.spec_info = spec
 
         def _move_accepted_kv(self, out_cache_loc: torch.Tensor, accepted: list[tuple[int, ...]]):

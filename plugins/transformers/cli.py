@@ -24,8 +24,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2",
-                   help="'smollm2' (embedded default), 'smollm2-llava' (its vision-language stand-in) or a Hugging Face "
-                        "model folder")
+                   help="'smollm2' (embedded default), 'gemma3-270m' (Gemma 3 270M base, sliding-window attention), "
+                        "'smollm2-llava' (SmolLM2's vision-language stand-in) or a Hugging Face model folder")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
                    help="bf16 for speed; float32 for exact greedy identity checks")
     p.add_argument("--max-new-tokens", type=int, default=128)

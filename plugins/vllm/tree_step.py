@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from sagespec.common.params import ConfigError
 from sagespec.common.random_source import TorchRandom
 from sagespec.common.sampling import SamplingParams
 from sagespec.common.speculator import Speculator, Verdict, VerifyCheck
@@ -50,22 +51,27 @@ class TreeStep:
     accepted KV in, and the step's slot mapping."""
     entries: list[TreeEntry]
     times: StepTimes = field(default_factory=StepTimes)   # the proposer's, where the hooks add their time
-    plans: dict[int, PagedTreeAttentionPlan | None] = field(default_factory=dict)  # id(layout) -> plan
-    caches: dict[int, tuple[torch.Tensor, BlockLayout]] = field(default_factory=dict)  # data_ptr -> (kv, layout)
-    slot_mapping: torch.Tensor | None = None
+    # (id(layout), window, block table) -> plan: layers differ in cache layout, sliding window and,
+    # in models with several KV cache groups (full and sliding layers), block tables.
+    plans: dict[tuple, PagedTreeAttentionPlan | None] = field(default_factory=dict)
+    # (cache, slot mapping) data pointers -> (kv cache, layout, slot mapping): the step's slots in the
+    # layer's KV cache group. In hybrid models one cache tensor holds a layer of each group, at
+    # each group's own slots.
+    caches: dict[tuple[int, int], tuple[torch.Tensor, BlockLayout, torch.Tensor]] = field(default_factory=dict)
 
     @property
     def branching(self) -> list[TreeEntry]:
         """Entries whose tree is not a chain (a chain's rows are already right in vLLM's output)."""
         return [e for e in self.entries if e.n > e.tree.max_depth + 1]
 
-    def plan_for(self, layout: BlockLayout, block_table: torch.Tensor) -> PagedTreeAttentionPlan | None:
-        key = id(layout)
+    def plan_for(self, layout: BlockLayout, block_table: torch.Tensor,
+                 window: int | None) -> PagedTreeAttentionPlan | None:
+        key = (id(layout), window, block_table.data_ptr())
         if key not in self.plans:
             wide = self.branching
             self.plans[key] = PagedTreeAttentionPlan.build(
                 layout, [e.tree for e in wide], [e.prefix_len for e in wide], [e.start for e in wide],
-                [block_table[e.req_idx] for e in wide]) if wide else None
+                [block_table[e.req_idx] for e in wide], window=window) if wide else None
         return self.plans[key]
 
 
@@ -109,26 +115,54 @@ def plan_tree_step(runner, scheduler_output, trees: dict[str, DraftTree], times:
         entries.append(TreeEntry(req_idx, req_id, start, scheduled_tokens, prefix, tree))
     if not entries:
         return None
-    times.steps += 1
+    times.tree_steps += 1
     return TreeStep(entries, times)
 
 
-def check_attention_supported(impl) -> None:
-    if impl.alibi_slopes is not None or impl.logits_soft_cap not in (None, 0) or impl.sliding_window not in (None, -1):
-        raise NotImplementedError("sagespec tree attention supports plain causal self-attention only")
+def unsupported_attention(layer) -> str | None:
+    """What in an attention layer (an entry of vLLM's forward context) tree verification cannot
+    reproduce exactly, or None. It reproduces vLLM's CPU attention of decoder self-attention, with
+    sliding windows and logit soft-capping; not ALiBi, attention sinks, other attention types or
+    layers that are not attention at all (state-space mixers, linear attention)."""
+    impl = getattr(layer, "impl", None)
+    if type(impl).__name__ != "CPUAttentionBackendImpl":
+        return f"{type(layer).__name__} layers (attention backend {type(impl).__name__})"
+    if impl.alibi_slopes is not None:
+        return "ALiBi position biases"
+    if getattr(impl, "sinks", None) is not None:
+        return "attention sinks"
+    attn_type = str(getattr(impl, "attn_type", "decoder"))
+    if attn_type.lower().rsplit(".", 1)[-1] != "decoder":
+        return f"{attn_type} attention"
+    return None
+
+
+def refuse_unsupported_attention(forward_context: dict) -> None:
+    """At startup, for a tree policy: a ConfigError naming the first layer whose attention trees
+    cannot reproduce, and what runs instead."""
+    for name, layer in forward_context.items():
+        feature = unsupported_attention(layer)
+        if feature is not None:
+            raise ConfigError(f"sagespec: SAGE trees cannot be verified exactly on this model: {name} uses "
+                              f"{feature}; use \"policy\": \"chain\" (chains are verified with vLLM's own "
+                              "attention)")
+
+
+def layer_window(impl) -> int | None:
+    window = impl.sliding_window
+    return None if window in (None, -1) else int(window)
 
 
 def fix_attention_rows(step: TreeStep, impl, layer, query, kv_cache, attn_metadata, output) -> None:
     """Overwrite the tree requests' attention rows (vLLM computed them chain-causal). vLLM has
-    written the step's K and V into the cache already, so the plan reads everything from there."""
-    check_attention_supported(impl)
+    written the step's K and V into the cache already, so the plan reads everything from there.
+    Layers `unsupported_attention` names never get here: trees are refused at startup."""
     layout = layer_layout(layer, kv_cache)
-    step.caches.setdefault(kv_cache.data_ptr(), (kv_cache, layout))
-    if step.slot_mapping is None:
-        step.slot_mapping = attn_metadata.slot_mapping
-    plan = step.plan_for(layout, attn_metadata.block_table)
+    slot_mapping = attn_metadata.slot_mapping
+    step.caches.setdefault((kv_cache.data_ptr(), slot_mapping.data_ptr()), (kv_cache, layout, slot_mapping))
+    plan = step.plan_for(layout, attn_metadata.block_table, layer_window(impl))
     if plan is not None:
-        plan.run(query, regions(kv_cache), output, scale=impl.scale)
+        plan.run(query, regions(kv_cache), output, scale=impl.scale, softcap=impl.logits_soft_cap or 0.0)
 
 
 def request_sampling(batch, req_idx: int) -> SamplingParams:
@@ -172,15 +206,16 @@ def commit_verdicts(step: TreeStep, verdicts: list[Verdict], sampler_output, ent
             if node != depth:
                 src.append(e.start + node)
                 dst.append(e.start + depth)
-    if src and step.slot_mapping is not None:
-        slots = step.slot_mapping.long()
-        src_slots, dst_slots = slots[torch.tensor(src)], slots[torch.tensor(dst)]
-        indices = {}   # (id(layout), kv heads) -> (source elements, destination elements), K and V
-        for kv_cache, layout in step.caches.values():
-            key = (id(layout), kv_cache.shape[1])
-            if key not in indices:
-                indices[key] = tuple(torch.cat(layout.element_indices(s, key[1])) for s in (src_slots, dst_slots))
-            move_slots(kv_cache.view(-1), *indices[key])
+    if not src:
+        return
+    src, dst = torch.tensor(src), torch.tensor(dst)
+    indices = {}   # (id(layout), kv heads, slot mapping) -> (source elements, destination elements), K and V
+    for kv_cache, layout, slot_mapping in step.caches.values():
+        key = (id(layout), kv_cache.shape[1], slot_mapping.data_ptr())
+        if key not in indices:
+            slots = slot_mapping.long()
+            indices[key] = tuple(torch.cat(layout.element_indices(slots[rows], key[1])) for rows in (src, dst))
+        move_slots(kv_cache.view(-1), *indices[key])
 
 
 def has_engine_watermark(vllm_config) -> bool:
