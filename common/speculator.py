@@ -80,6 +80,9 @@ class Speculator:
         self.make_policy, self.make_drafter, self.acceptance = make_policy, make_drafter, acceptance
         self.requests: dict[str, RequestState] = {}
         self.fallback_rng = TorchRandom(0)
+        # Whether verdicts need the target's entropy (a softmax over the vocabulary per request).
+        # A policy that does not say reads it.
+        self.needs_entropy = bool(getattr(make_policy(), "reads_entropy", True))
 
     # ---- per-request state ---------------------------------------------------------------
     def state(self, req_id: str) -> RequestState:
@@ -152,7 +155,8 @@ class Speculator:
                checks: list[VerifyCheck]) -> list[Verdict]:
         """Verifies tree i against logits rows starts[i] .. starts[i] + num_nodes - 1 (node order).
         Greedy trees under a lossless rule share one argmax over all rows; every other tree runs
-        the acceptance rule with its request's own generator. Entropies: one batched pass."""
+        the acceptance rule with its request's own generator. Entropies, for a policy that reads
+        them: one batched pass."""
         acceptance = self.acceptance
         vectorised = acceptance.lossless and any(c.params.greedy for c in checks)
         best = logits.argmax(-1).tolist() if vectorised else None
@@ -165,6 +169,9 @@ class Speculator:
                 results.append(acceptance.verify(tree, rows, check.params, check.rng or self.fallback_rng,
                                                  check.hidden))
         last_rows = [start + accepted.nodes[-1] for start, accepted in zip(starts, results)]
-        entropies = entropy(logits[last_rows]).tolist() if last_rows else []
+        if self.needs_entropy:
+            entropies = entropy(logits[last_rows]).tolist() if last_rows else []
+        else:
+            entropies = [float("nan")] * len(results)
         return [Verdict(accepted, accepted.emitted(tree), entropy)
                 for tree, accepted, entropy in zip(trees, results, entropies)]

@@ -5,9 +5,8 @@ import pytest
 import torch
 
 from sagespec.common.drafters import EagleHead, EagleHeadConfig
-from sagespec.common.drafters.tree_lm import causal_extension_mask
 from sagespec.common.params import ConfigError
-from tiny_models import tiny_llama
+from tiny_models import head_pass_logits, tiny_llama
 
 
 @pytest.fixture(scope="module")
@@ -20,14 +19,6 @@ def head_for(target, **kw):
     return EagleHead.random(cfg, target.model.embed_tokens.weight, target.lm_head.weight, seed=2)
 
 
-def run(head, n=6):
-    g = torch.Generator().manual_seed(0)
-    feats = torch.randn(n, head.fc.in_features, generator=g)
-    toks = torch.randint(0, head.config.vocab_size, (n,), generator=g)
-    head.reset_cache()
-    return head.step(toks, head.fuse(feats), torch.arange(1, n + 1), causal_extension_mask(0, n))[1]
-
-
 @pytest.mark.parametrize("kw", [{}, {"target_layer_ids": (0, 1, 2), "draft_vocab_size": 40}],
                          ids=["eagle1", "eagle3-reduced-vocab"])
 def test_save_load_round_trip(tmp_path, target, kw):
@@ -36,7 +27,7 @@ def test_save_load_round_trip(tmp_path, target, kw):
     loaded = EagleHead.load(tmp_path, target.model.embed_tokens.weight, target.lm_head.weight,
                             target.config.num_hidden_layers)
     assert loaded.config == head.config
-    torch.testing.assert_close(run(loaded), run(head), rtol=0, atol=0)
+    torch.testing.assert_close(head_pass_logits(loaded), head_pass_logits(head), rtol=0, atol=0)
 
 
 def test_mismatched_head_is_refused_naming_fields(tmp_path, target):

@@ -8,8 +8,7 @@ import torch.nn.functional as F
 
 from sagespec.common.drafters import EagleHead, EagleHeadConfig
 from sagespec.common.drafters.packed_linear import PackedLinear
-from sagespec.common.drafters.tree_lm import causal_extension_mask
-from tiny_models import tiny_llama
+from tiny_models import head_pass_logits, tiny_llama
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
@@ -24,21 +23,13 @@ def test_fused_projections_equal_separate_linears(dtype, tol, rows):
         torch.testing.assert_close(got.float(), F.linear(x, w).float(), rtol=tol, atol=tol)
 
 
-def _pass(head, n=5):
-    g = torch.Generator().manual_seed(1)
-    feats = torch.randn(n, head.fc.in_features, generator=g)
-    toks = torch.randint(0, head.config.vocab_size, (n,), generator=g)
-    head.reset_cache()
-    return head.step(toks, head.fuse(feats), torch.arange(1, n + 1), causal_extension_mask(0, n))[1]
-
-
 def test_drafting_pass_matches_training_pass_and_follows_updates():
     target = tiny_llama(seed=0)
     cfg = EagleHeadConfig.for_target(target.config, target_layer_ids=(0, 1, 2), draft_vocab_size=40)
     head = EagleHead.random(cfg, target.model.embed_tokens.weight, target.lm_head.weight, seed=2)
     with torch.no_grad():
-        drafting = _pass(head)
-    training = _pass(head)
+        drafting = head_pass_logits(head)
+    training = head_pass_logits(head)
     assert training.requires_grad and not drafting.requires_grad
     torch.testing.assert_close(drafting, training.detach(), rtol=1e-5, atol=1e-5)
 
@@ -46,6 +37,6 @@ def test_drafting_pass_matches_training_pass_and_follows_updates():
     with torch.no_grad():
         assert sibling._packed() is head._packed()
         head.up_proj.weight.mul_(2.0)   # an in-place update (an optimizer step) invalidates them
-        updated = _pass(sibling)
-    torch.testing.assert_close(updated, _pass(head).detach(), rtol=1e-5, atol=1e-5)
+        updated = head_pass_logits(sibling)
+    torch.testing.assert_close(updated, head_pass_logits(head).detach(), rtol=1e-5, atol=1e-5)
     assert not torch.allclose(updated, drafting)

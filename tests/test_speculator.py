@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from sagespec.common.drafters import NgramDrafter
-from sagespec.common.policies import ChainPolicy, DynamicPolicy, TreeShape
+from sagespec.common.policies import ChainPolicy, DynamicPolicy, SagePolicy, TreeShape
 from sagespec.common.random_source import TorchRandom
 from sagespec.common.sampling import SamplingParams, entropy
 from sagespec.common.speculator import DraftRequest, Speculator, VerifyCheck, chain_of
@@ -43,13 +43,24 @@ def test_batched_verify_equals_each_tree_alone(seed):
         if i not in (0, 2):
             starts.append(row)
         row += block.shape[0]
-    speculator = Speculator(ChainPolicy, None, Acceptance("auto"))
+    speculator = Speculator(SagePolicy, None, Acceptance("auto"))   # SAGE reads the entropy
     got = speculator.verify(trees, logits, starts, [VerifyCheck(p, TorchRandom(seed * 10 + i)) for i, p in enumerate(params)])
     for i, (tree, block, p, verdict) in enumerate(zip(trees, blocks, params, got)):
         expected = verify(tree, block, p, "auto", TorchRandom(seed * 10 + i))
         assert verdict.accepted == expected
         assert verdict.emitted == expected.emitted(tree)
         assert verdict.entropy == pytest.approx(float(entropy(block[expected.nodes[-1]])), abs=1e-5)
+
+
+def test_entropy_only_for_a_policy_that_reads_it():
+    g = torch.Generator().manual_seed(0)
+    tree = random_tree(g, 5)
+    logits = peaked_logits(g, tree)
+    verdicts = {policy.name: Speculator(policy, None, Acceptance("auto")).verify(
+        [tree], logits, [0], [VerifyCheck(SamplingParams())])[0] for policy in (ChainPolicy, SagePolicy)}
+    assert verdicts["chain"].accepted == verdicts["sage"].accepted
+    assert verdicts["chain"].entropy != verdicts["chain"].entropy          # NaN: nobody reads it
+    assert verdicts["sage"].entropy == pytest.approx(float(entropy(logits[verdicts["sage"].accepted.nodes[-1]])))
 
 
 def test_requests_keep_their_state_until_they_end():

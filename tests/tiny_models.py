@@ -99,3 +99,12 @@ def tiny_gpt_oss(vocab_size: int = 96, seed: int = 0, dtype=torch.float32):
     torch.manual_seed(seed)
     return GptOssForCausalLM(config).to(dtype).eval()
 
+
+def head_pass_logits(head, n: int = 6, seed: int = 0):
+    """An EAGLE head's logits for one pass over n random (feature, token) pairs from an empty cache."""
+    from sagespec.common.drafters.tree_lm import causal_extension_mask
+    g = torch.Generator().manual_seed(seed)
+    feats = torch.randn(n, head.fc.in_features, generator=g)
+    toks = torch.randint(0, head.config.vocab_size, (n,), generator=g)
+    head.reset_cache()
+    return head.step(toks, head.fuse(feats), torch.arange(1, n + 1), causal_extension_mask(0, n))[1]

@@ -40,6 +40,7 @@ class StepStats:
 
 class TreePolicy(Protocol):
     name: str
+    reads_entropy: bool   # whether observe() reads StepStats.target_entropy (else it may be NaN)
 
     def plan(self, state: DecodeState) -> TreeShape: ...
 

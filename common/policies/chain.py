@@ -7,6 +7,7 @@ from .base import DecodeState, StepStats, TreeShape
 
 class ChainPolicy:
     name = "chain"
+    reads_entropy = False
 
     def __init__(self, depth: int = 5, **options):
         reject_unknown("policy 'chain'", options, ("depth", "budget"))

@@ -9,6 +9,7 @@ from .base import DecodeState, StepStats, TreeShape
 
 class DynamicPolicy:
     name = "dynamic"
+    reads_entropy = False
 
     def __init__(self, depth: int = 5, width: int = 4, budget: int = 16, **options):
         reject_unknown("policy 'dynamic'", options, ())

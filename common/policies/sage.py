@@ -36,6 +36,7 @@ def calibrate_thresholds(entropies: Sequence[float], quantiles: Sequence[float] 
 
 class SagePolicy:
     name = "sage"
+    reads_entropy = True   # observe() smooths StepStats.target_entropy
 
     def __init__(self, budget: int = 16, min_depth: int = 2, max_depth: int = 8, max_width: int = 8,
                  ema: float = 0.5, mode: str = "tiers", thresholds: Sequence[float] = (0.5, 1.5),

@@ -15,6 +15,7 @@ DEFAULT_PATHS = (
 
 class StaticPolicy:
     name = "static"
+    reads_entropy = False
 
     def __init__(self, paths=DEFAULT_PATHS, budget: int | None = None, **options):
         reject_unknown("policy 'static'", options, ())

@@ -105,16 +105,25 @@ def _attention(original):
     return forward
 
 
+def row_entropies(proposer, logits: torch.Tensor) -> torch.Tensor:
+    """The target's entropy per logits row (CPU), or NaN where the policy does not read it."""
+    if not proposer.speculator.needs_entropy:
+        return torch.full((logits.shape[0],), float("nan"))
+    return entropy(logits).cpu()
+
+
 def _sample(original):
     def sample(self, logits, spec_decode_metadata):
         if not _ours(self) or logits is None:
             return original(self, logits, spec_decode_metadata)
         proposer, (step, ActiveStep.current) = self.drafter, (ActiveStep.current, None)
         proposer.accepted = {}
-        # Entropies are read before sampling (samplers may scale logits in place), only where a
-        # request's next draft needs one: a tree's comes from its verified rows.
+        # Entropies are read before sampling (samplers may scale logits in place), only for a
+        # policy that reads them and only where a request's next draft needs one: a tree's comes
+        # from its verified rows.
         if step is None or spec_decode_metadata is None:
-            proposer.entropies = entropy(logits).cpu()
+            with proposer.times("verification"):
+                proposer.entropies = row_entropies(proposer, logits)
             return original(self, logits, spec_decode_metadata)
         with step.times("verification"):
             cu = spec_decode_metadata.cu_num_sampled_tokens.cpu().tolist()
@@ -126,7 +135,7 @@ def _sample(original):
             others = [r for r in range(logits.shape[0]) if r not in in_trees]
             proposer.entropies = torch.zeros(logits.shape[0])
             if others:
-                proposer.entropies[others] = entropy(logits[others]).cpu()
+                proposer.entropies[others] = row_entropies(proposer, logits[others])
         output = original(self, logits, spec_decode_metadata)   # the engine's own sampler: not ours
         with step.times("verification"):
             commit_verdicts(step, verdicts, output, proposer.entropies, starts)
