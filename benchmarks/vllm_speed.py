@@ -28,8 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from sagespec.common.datasets import DATASETS
-from sagespec.plugins.transformers.chat_prompts import chat_prompt_ids
+from sagespec.common.datasets import DATASETS, load_user_turns
+from sagespec.plugins.transformers.chat_prompts import chat_prompt_ids, second_turn_ids
 from sagespec.plugins.transformers.model_loading import GEMMA3, resolve_model_path
 from sagespec.common.step_times import SECTIONS
 from sagespec.plugins.vllm.metrics import spec_decode_counters
@@ -39,13 +39,19 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 EAGLE3_DIR = "{eagle3}"   # replaced by the exported head's folder
+ARCTIC_DIR = Path(__file__).resolve().parents[1] / ".venv-vllm-arctic"   # scripts/setup_vllm_suffix.sh
 MODELS = {"smollm2": "SmolLM2-135M-Instruct", GEMMA3: "Gemma 3 270M"}
 CONFIGS = {
     "plain": None,
     "vllm-ngram": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2},
     "vllm-eagle3": {"method": "eagle3", "model": EAGLE3_DIR, "num_speculative_tokens": 4},
+    "vllm-suffix": {"method": "suffix"},   # vLLM's defaults (24 tokens, tree depth 24); needs ARCTIC_DIR
     "sage-ngram": {"method": "sage", "drafter": "ngram", "policy": "sage", "num_speculative_tokens": 8},
     "sage-ngram-chain": {"method": "sage", "drafter": "ngram", "policy": "chain", "num_speculative_tokens": 4},
+    # Suffix drafts are as long as the text they copy: budgets as deep as vLLM's suffix method (24).
+    "sage-suffix": {"method": "sage", "drafter": "suffix", "policy": "sage", "num_speculative_tokens": 24,
+                    "policy_options": {"max_depth": 24}},
+    "sage-suffix-chain": {"method": "sage", "drafter": "suffix", "policy": "chain", "num_speculative_tokens": 24},
     "sage-eagle": {"method": "sage", "drafter": "eagle", "policy": "sage", "num_speculative_tokens": 8},
     "sage-eagle-chain": {"method": "sage", "drafter": "eagle", "policy": "chain", "num_speculative_tokens": 4},
 }
@@ -65,22 +71,41 @@ def sage_times(llm) -> dict | None:
     return live[0].times.totals() if live else None
 
 
-def run(model: Path, spec, ids, max_tokens: int, batch: int, dtype: str, eager: bool) -> dict:
+def turns(model: Path, dataset: str, num_prompts: int, workload: str):
+    """(first requests, a function from their answers to the second requests, or None)."""
+    first = chat_prompt_ids(model, num_prompts, dataset)
+    if workload == "first-turn":
+        return first, None
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(model)
+    conversations = load_user_turns(dataset, num_prompts)
+    return first, lambda answers: [second_turn_ids(tok, c[0], a, c[1] if len(c) > 1 else None)
+                                   for c, a in zip(conversations, answers)]
+
+
+def run(model: Path, spec, ids, max_tokens: int, batch: int, dtype: str, eager: bool, second=None) -> dict:
+    """`second`, for two-turn workloads, makes the second requests from the first ones' answers; they
+    run after all first requests, in the same engine."""
     from vllm import LLM, SamplingParams, TokensPrompt
     llm = LLM(model=str(model), dtype=dtype, speculative_config=spec, max_model_len=2048, seed=0,
               max_num_seqs=batch, disable_log_stats=False, enforce_eager=eager)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     llm.generate([TokensPrompt(prompt_token_ids=ids[0])], params, use_tqdm=False)  # warm-up
     before, times_before = spec_decode_counters(llm), sage_times(llm)
-    # Batch 1: one prompt per call, timed on its own (paired per-prompt ratios); else all at once.
-    groups = [[p] for p in ids] if batch == 1 else [ids]
     tokens, per_prompt_seconds = [], []
     start = time.perf_counter()
-    for group in groups:
-        t0 = time.perf_counter()
-        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in group], params, use_tqdm=batch > 1)
-        per_prompt_seconds.append(time.perf_counter() - t0)
-        tokens += [list(o.outputs[0].token_ids) for o in outs]
+
+    def generate(prompts):
+        # Batch 1: one prompt per call, timed on its own (paired per-prompt ratios); else all at once.
+        for group in [[p] for p in prompts] if batch == 1 else [prompts]:
+            t0 = time.perf_counter()
+            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in group], params, use_tqdm=batch > 1)
+            per_prompt_seconds.append(time.perf_counter() - t0)
+            tokens.extend(list(o.outputs[0].token_ids) for o in outs)
+
+    generate(ids)
+    if second is not None:
+        generate(second(list(tokens)))
     seconds = time.perf_counter() - start
     after, times_after = spec_decode_counters(llm), sage_times(llm)
     breakdown = None
@@ -120,8 +145,10 @@ def rows_for(results: dict, mode: str, batch: int, num_prompts: int) -> list[dic
                      "tok_per_s": r["tok_per_s"], "tau": r["tau"], "speedup_vs_plain": ratio(r, base),
                      "speedup_vs_vllm_ngram": ratio(r, results.get("vllm-ngram")),
                      "speedup_vs_vllm_eagle3": ratio(r, results.get("vllm-eagle3")),
+                     "speedup_vs_vllm_suffix": ratio(r, results.get("vllm-suffix")),
                      "same_as_plain": sum(a == b for a, b in zip(r["outputs"], base["outputs"])) if base else None,
-                     "num_prompts": num_prompts, "seconds": r["seconds"], "tokens": r["tokens"],
+                     "num_prompts": num_prompts, "requests": len(r["outputs"]), "seconds": r["seconds"],
+                     "tokens": r["tokens"],
                      "step_seconds": steps, "plain_step_seconds": plain_step,
                      "sage_own_vs_plain_step": own / plain_step if own is not None and plain_step else None})
     return rows
@@ -132,6 +159,9 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2", choices=list(MODELS),
                     help="the target; eagle configurations need a shipped head (SmolLM2 only)")
     ap.add_argument("--dataset", default="mt-bench", choices=list(DATASETS))
+    ap.add_argument("--workload", default="first-turn", choices=["first-turn", "two-turn"],
+                    help="two-turn: after all first turns, each conversation's second request (its first turn, "
+                         "the model's answer, the dataset's next user turn or a request to edit the code) runs too")
     ap.add_argument("--num-prompts", type=int, default=20)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--batch", default="1,4", help="comma-separated batch sizes (max_num_seqs)")
@@ -144,10 +174,12 @@ def main() -> None:
     ap.add_argument("--eagle3-dir", help=argparse.SUPPRESS)  # internal: the exported head
     args = ap.parse_args()
     runnable = [n for n in CONFIGS if args.model == "smollm2" or "eagle" not in n]
-    names = args.configs.split(",") if args.configs else runnable
+    names = args.configs.split(",") if args.configs else [n for n in runnable if n != "vllm-suffix" or ARCTIC_DIR.is_dir()]
     unknown = [n for n in names if n not in runnable]
     if unknown:
         ap.error(f"--configs: {unknown} cannot run on {args.model}; allowed: {runnable}")
+    if "vllm-suffix" in names and not ARCTIC_DIR.is_dir():
+        ap.error("--configs: vllm-suffix needs arctic-inference: run scripts/setup_vllm_suffix.sh first")
     modes = args.modes.split(",")
     if not modes or any(m not in ("compiled", "eager") for m in modes):
         ap.error(f"--modes: {args.modes!r}; allowed: compiled, eager (comma-separated)")
@@ -162,8 +194,9 @@ def main() -> None:
         spec = CONFIGS[args.one]
         if spec and spec.get("model") == EAGLE3_DIR:
             spec = {**spec, "model": args.eagle3_dir}
-        result = run(model, spec, chat_prompt_ids(model, args.num_prompts, args.dataset), args.max_tokens, batches[0],
-                     args.dtype, eager=modes[0] == "eager")
+        first, second = turns(model, args.dataset, args.num_prompts, args.workload)
+        result = run(model, spec, first, args.max_tokens, batches[0], args.dtype, eager=modes[0] == "eager",
+                     second=second)
         Path(args.out).write_text(json.dumps(result))
         return
     rows = []
@@ -175,16 +208,20 @@ def main() -> None:
                 for name in names:
                     part = Path(tmp) / f"{name}-{mode}-{batch}.json"
                     cmd = [sys.executable, __file__, "--one", name, "--out", str(part), "--model", args.model,
-                           "--dataset", args.dataset, "--num-prompts",
+                           "--dataset", args.dataset, "--workload", args.workload, "--num-prompts",
                            str(args.num_prompts), "--max-tokens", str(args.max_tokens), "--batch", str(batch),
                            "--dtype", args.dtype, "--modes", mode, "--eagle3-dir", eagle3]
                     print(f"== {name}, {mode}, batch {batch}", flush=True)
-                    subprocess.run(cmd, check=True)
+                    env = dict(os.environ)
+                    if CONFIGS[name] and CONFIGS[name]["method"] == "suffix":
+                        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ARCTIC_DIR), env.get("PYTHONPATH")]))
+                    subprocess.run(cmd, check=True, env=env)
                     results[name] = json.loads(part.read_text())
                 rows += rows_for(results, mode, batch, args.num_prompts)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"model": MODELS[args.model], "dataset": args.dataset, "num_prompts": args.num_prompts,
+    meta = {"model": MODELS[args.model], "dataset": args.dataset, "workload": args.workload,
+            "num_prompts": args.num_prompts,
             "max_tokens": args.max_tokens, "batches": batches, "modes": modes, "dtype": args.dtype, "greedy": True,
             "speedup": "batch 1: median of per-prompt ratios; batch > 1: ratio of throughputs",
             "step_seconds": "per decode step (steps that found no draft included): sage's sections, and the "
@@ -203,14 +240,16 @@ def table(rows: list[dict]) -> str:
         if not steps:
             return "-"
         parts = "/".join(f"{steps[k] * 1e3:.1f}" for k in SECTIONS)
-        return f"{parts} ({r['sage_own_vs_plain_step']:.0%})"
-    lines = ["| config | mode | batch | tok/s | tau | vs plain | vs vLLM ngram | vs vLLM eagle3 | same as plain | "
-             "sage ms/step: draft/attn/verify/book (of a plain step) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+        share = r["sage_own_vs_plain_step"]
+        return parts + (f" ({share:.0%})" if share is not None else "")
+    lines = ["| config | mode | batch | tok/s | tau | vs plain | vs vLLM ngram | vs vLLM eagle3 | vs vLLM suffix | "
+             "same as plain | sage ms/step: draft/attn/verify/book (of a plain step) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['config']} | {r['mode']} | {r['batch']} | {r['tok_per_s']:.1f} | {r['tau']:.2f} | "
                      f"{x(r['speedup_vs_plain'])} | {x(r['speedup_vs_vllm_ngram'])} | "
-                     f"{x(r['speedup_vs_vllm_eagle3'])} | {r['same_as_plain']}/{r['num_prompts']} | {own(r)} |")
+                     f"{x(r['speedup_vs_vllm_eagle3'])} | {x(r['speedup_vs_vllm_suffix'])} | "
+                     f"{r['same_as_plain']}/{r['requests']} | {own(r)} |")
     return "\n".join(lines)
 
 
@@ -237,15 +276,17 @@ def plot(rows, path: Path, meta) -> None:
         ms = [r["step_seconds"][part] * 1e3 for r in sage]
         right.barh(range(len(sage)), ms, left=bottom, label=part.replace("_", " "))
         bottom = [b + m for b, m in zip(bottom, ms)]
-    break_even = [r["plain_step_seconds"] * 1e3 * r["step_seconds"]["tokens_per_step"] / r["batch"] for r in sage]
-    right.scatter(break_even, range(len(sage)), marker="|", s=300,
+    marked = [i for i, r in enumerate(sage) if r["plain_step_seconds"]]   # runs with plain beside them
+    break_even = [sage[i]["plain_step_seconds"] * 1e3 * sage[i]["step_seconds"]["tokens_per_step"] / sage[i]["batch"]
+                  for i in marked]
+    right.scatter(break_even, marked, marker="|", s=300,
                   color="black", label="plain time for the tokens a step emits (break-even)", zorder=3)
     right.set_yticks(range(len(sage)), labels)
     right.set_xlabel("ms per decode step")
     right.invert_yaxis()
     right.legend(fontsize=8)
-    fig.suptitle(f"vLLM CPU, {meta['model']}, {meta['dtype']}, {meta['num_prompts']} {meta['dataset']} x "
-                 f"{meta['max_tokens']}, greedy")
+    fig.suptitle(f"vLLM CPU, {meta['model']}, {meta['dtype']}, {meta['num_prompts']} {meta['dataset']} "
+                 f"({meta.get('workload', 'first-turn')}) x {meta['max_tokens']}, greedy")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -54,6 +54,20 @@ def load_prompts(name: str, limit: int | None = None) -> list[Prompt]:
     return out[:limit] if limit is not None else out
 
 
+def load_user_turns(name: str, limit: int | None = None) -> list[list[str]]:
+    """Every conversation's user turns, in order (HumanEval: the one prompt)."""
+    path = dataset_file(name)
+    if name == "mt-bench":
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        out = [list(r["turns"]) for r in rows]
+    elif name == "humaneval":
+        with gzip.open(path, "rt") as f:
+            out = [[r["prompt"]] for r in map(json.loads, f) if r]
+    else:
+        out = [c["turns"][0::2] for c in iter_sharegpt(path, limit)]
+    return out[:limit] if limit is not None else out
+
+
 def iter_sharegpt(path: Path, limit: int | None = None):
     """Conversations with at least one human turn: dicts with `id` and `turns` (human/gpt texts)."""
     decoder = json.JSONDecoder()

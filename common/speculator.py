@@ -95,9 +95,12 @@ class Speculator:
         return state
 
     def retain(self, live: Iterable[str]) -> None:
-        """Forget every request not in `live` (finished or preempted)."""
+        """Forget every request not in `live` (finished or preempted); drafters that keep what
+        requests leave behind (`end`) get it now."""
         for gone in set(self.requests) - set(live):
-            del self.requests[gone]
+            drafter = self.requests.pop(gone).drafter
+            if hasattr(drafter, "end"):
+                drafter.end()
 
     def commit_features(self, req_id: str, rows: torch.Tensor, start: int | None = None) -> None:
         """Append the target features of newly committed positions; `start` (the position of the

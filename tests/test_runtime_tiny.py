@@ -5,7 +5,8 @@ import copy
 import pytest
 import torch
 
-from sagespec.common.drafters import DraftModelDrafter, EagleDrafter, EagleHead, EagleHeadConfig, NgramDrafter
+from sagespec.common.drafters import (LOOKUP_DRAFTERS, DraftModelDrafter, EagleDrafter, EagleHead, EagleHeadConfig,
+                                      NgramDrafter, lookup_drafters)
 from sagespec.common.params import ConfigError
 from sagespec.common.policies import POLICIES, SagePolicy, StaticPolicy, make_policy
 from sagespec.common.sampling import SamplingParams
@@ -31,8 +32,8 @@ def oracle(target):
 
 
 def make_drafter(name, target, seed=1):
-    if name == "ngram":
-        return NgramDrafter()
+    if name in LOOKUP_DRAFTERS:
+        return lookup_drafters(name, {})()
     if name == "draft-model":
         return DraftModelDrafter(HFTreeLM(tiny_llama(seed=seed)))
     head = EagleHead.random(EagleHeadConfig.for_target(target.config), target.model.embed_tokens.weight,
@@ -46,7 +47,7 @@ def generator(target, drafter, policy, **kw):
 
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))
-@pytest.mark.parametrize("drafter", ["ngram", "draft-model", "eagle"])
+@pytest.mark.parametrize("drafter", ["ngram", "suffix", "draft-model", "eagle"])
 def test_greedy_identity(target, oracle, drafter, policy):
     gen = generator(target, make_drafter(drafter, target), make_policy(policy))
     res = gen.generate(PROMPT, 48)

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from sagespec.common.datasets import load_prompts
-from sagespec.common.drafters import (DraftModelDrafter, EagleDrafter, EagleHead, EagleHeadConfig, NgramDrafter,
-                                      check_shared_vocabulary)
+from sagespec.common.drafters import (LOOKUP_DRAFTERS, DraftModelDrafter, EagleDrafter, EagleHead, EagleHeadConfig,
+                                      check_shared_vocabulary, lookup_drafters)
 from sagespec.common.params import ConfigError
 from sagespec.common.policies import POLICIES, make_policy
 from sagespec.plugins.transformers.runtime import SpeculativeGenerator
@@ -37,8 +37,8 @@ def oracle(smollm2_fp32, prompts):
 
 def drafter_for(name, target):
     m = target.model
-    if name == "ngram":
-        return NgramDrafter()
+    if name in LOOKUP_DRAFTERS:
+        return lookup_drafters(name, {})()
     if name == "draft-model":  # a small random draft over the same vocabulary
         return DraftModelDrafter(HFTreeLM(tiny_llama(vocab_size=m.config.vocab_size, layers=1, seed=5)))
     cfg = EagleHeadConfig.for_target(m.config)
@@ -58,6 +58,18 @@ def test_greedy_identity_on_smollm2(smollm2_fp32, prompts, oracle, drafter, poli
         assert res.tokens == expected
         drafted += sum(res.nodes_per_step)
     assert drafted > 0
+
+
+@pytest.mark.slow
+def test_suffix_drafts_a_repeated_request_from_the_first_answer_on_smollm2(smollm2_fp32, prompts, oracle):
+    gen = SpeculativeGenerator(HFTreeLM(smollm2_fp32.model), drafter_for("suffix", smollm2_fp32),
+                               make_policy("sage"), eos_token_ids=smollm2_fp32.eos_ids())
+    first = [gen.generate(ids, NEW_TOKENS) for ids in prompts]
+    again = [gen.generate(ids, NEW_TOKENS) for ids in prompts]   # every answer is in the cache now
+    assert [r.tokens for r in first] == [r.tokens for r in again] == oracle
+    tau_first = sum(len(r.tokens) for r in first) / sum(r.steps for r in first)
+    tau_again = sum(len(r.tokens) for r in again) / sum(r.steps for r in again)
+    assert tau_again > max(3.0, tau_first)
 
 
 @pytest.mark.slow

@@ -3,12 +3,16 @@ from .base import DraftContext, Drafter, DrafterNeeds, ImageInputs
 from .draft_model import DraftModelDrafter, check_shared_vocabulary
 from .eagle import EagleDrafter
 from .eagle_head import EagleHead, EagleHeadConfig
+from .lookup import LOOKUP_DRAFTERS, check_lookup_options, lookup_drafters
 from .ngram import NgramDrafter
+from .suffix import SuffixDrafter, suffix_drafters
+from .suffix_cache import SuffixCache
 from .tree_lm import TreeLM
 from .vision import VISION_PRESETS, VisionConfig, VisionDrafter, VisionModules
 
-DRAFTER_NAMES = ("ngram", "draft-model", "eagle", *VISION_PRESETS)
+DRAFTER_NAMES = ("ngram", "suffix", "draft-model", "eagle", *VISION_PRESETS)
 
 __all__ = ["DRAFTER_NAMES", "DraftContext", "DraftModelDrafter", "Drafter", "DrafterNeeds", "EagleDrafter",
-           "EagleHead", "EagleHeadConfig", "ImageInputs", "NgramDrafter", "TreeLM", "VISION_PRESETS", "VisionConfig",
-           "VisionDrafter", "VisionModules", "check_shared_vocabulary"]
+           "EagleHead", "EagleHeadConfig", "ImageInputs", "LOOKUP_DRAFTERS", "NgramDrafter", "SuffixCache",
+           "SuffixDrafter", "TreeLM", "VISION_PRESETS", "VisionConfig", "VisionDrafter", "VisionModules",
+           "check_lookup_options", "check_shared_vocabulary", "lookup_drafters", "suffix_drafters"]

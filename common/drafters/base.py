@@ -75,5 +75,8 @@ class Drafter(Protocol):
     def begin(self) -> None:
         """Forget all per-request state."""
 
+    # Optional: `end()`, called when the request is over (the speculator's `retain`), for drafters
+    # that keep what a request leaves behind for later ones.
+
     def propose(self, context: DraftContext, shape: TreeShape, params: SamplingParams,
                 rng: RandomSource) -> DraftTree: ...

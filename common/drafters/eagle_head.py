@@ -322,10 +322,24 @@ class EagleHead(nn.Module):
         config.check_target(hidden_size=embed_weight.shape[1], vocab_size=embed_weight.shape[0],
                             num_layers=num_target_layers)
         head = cls(config, embed_weight, lm_head_weight)
-        state = load_file(str(folder / WEIGHTS_NAME))
+        try:
+            state = load_file(str(folder / WEIGHTS_NAME))
+        except Exception as e:   # safetensors raises its own error types for a damaged file
+            raise ConfigError(f"eagle head: {folder / WEIGHTS_NAME} is not a readable safetensors file "
+                              f"({type(e).__name__}: {e})") from None
+        expected = head.state_dict()
+        wrong = [f"{k} {tuple(v.shape)} (config: {tuple(expected[k].shape)})" for k, v in state.items()
+                 if k in expected and v.shape != expected[k].shape]
+        if wrong:
+            raise ConfigError(f"eagle head: weights do not match {CONFIG_NAME}: " + "; ".join(wrong))
         missing, unexpected = head.load_state_dict(state, strict=False)
         if missing or unexpected:
             raise ConfigError(f"eagle head: weights do not match config (missing {missing}, unexpected {unexpected})")
+        if head.lm_head is not None:
+            d2t = head.d2t
+            if bool((d2t < 0).any()) or bool((d2t >= config.vocab_size).any()) or d2t.unique().numel() != d2t.numel():
+                raise ConfigError(f"eagle head: d2t (the draft-to-target token map) must hold {d2t.numel()} distinct "
+                                  f"target ids in 0..{config.vocab_size - 1}")
         return head.to(embed_weight.dtype)
 
     @classmethod

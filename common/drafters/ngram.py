@@ -36,7 +36,7 @@ def lookup_continuations(seq: np.ndarray, max_ngram: int, min_ngram: int, depth:
     return found
 
 
-def _keep_ranks(tree: DraftTree, paths) -> DraftTree:
+def keep_ranks(tree: DraftTree, paths) -> DraftTree:
     """Keep only nodes whose sibling-rank path is listed (a static topology)."""
     allowed = set(paths)
     ranks = [()] + tree.rank_paths()
@@ -68,5 +68,5 @@ class NgramDrafter:
         tree = DraftTree.from_token_paths(int(seq[-1]), conts,
                                           max_nodes=None if shape.paths else shape.budget)
         if shape.paths is not None:
-            tree = _keep_ranks(tree, shape.paths)
+            tree = keep_ranks(tree, shape.paths)
         return tree

@@ -165,3 +165,16 @@ def test_gemma3_270m_greedy_identity_past_the_window():
     results = engine_runs({"model": str(folder), "prompts": prompts, "max_new_tokens": 32, "configs": {
         "plain": {}, "sage": {"speculative_algorithm": "sage", "speculative_num_draft_tokens": 8}}})
     check_identity(results)
+
+
+def test_suffix_drafter_greedy_identity_and_drafts_from_earlier_requests(tiny_folder):
+    """Each prompt twice, one request at a time: outputs equal SGLang without speculation, and the
+    second time the suffix cache holds the first answer, so more drafts are accepted."""
+    prompts = [[5, 6, 7, 8, 12, 30], [40, 41, 42, 17, 3], [60, 61, 62, 90, 91]] * 2
+    suffix = {"speculative_algorithm": "sage", "speculative_num_draft_tokens": 7,
+              "speculative_adaptive_config": json.dumps({"drafter": "suffix"})}
+    results = engine_runs({"model": tiny_folder, "prompts": prompts, "max_new_tokens": 32,
+                           "one_at_a_time": ["suffix"], "configs": {"plain": {}, "suffix": suffix}})
+    correct = [m["spec_num_correct_drafts"] for m in results["suffix"]["meta"]]
+    check_identity(results)
+    assert sum(correct[3:]) > sum(correct[:3]) + 3 * 16, f"accepted drafts per request: {correct}"

@@ -26,3 +26,16 @@ def test_sage_equals_plain_vllm(smollm2_folder, mtbench_prompts, plain_outputs, 
     assert counts["vllm:spec_decode_num_draft_tokens"] > 0
     assert counts["vllm:spec_decode_num_accepted_tokens"] > 0
     assert branching > 0.2, f"only {branching:.0%} of SAGE's proposals were trees"
+
+
+def test_suffix_drafts_repeated_requests_from_earlier_answers(smollm2_folder, mtbench_prompts, plain_outputs):
+    """The prompts twice in one engine: both passes equal plain vLLM; the second drafts from the
+    first pass's answers (the shared suffix cache), so most of its tokens come from accepted drafts."""
+    spec = {"method": "sage", "drafter": "suffix", "policy": "sage", "num_speculative_tokens": 8}
+    with engine(smollm2_folder, spec=spec, max_num_seqs=4) as llm:
+        first, before = counters_during(llm, lambda: greedy_tokens(llm, mtbench_prompts, MAX_TOKENS))
+        again, after = counters_during(llm, lambda: greedy_tokens(llm, mtbench_prompts, MAX_TOKENS))
+    assert first == plain_outputs and again == plain_outputs
+    accepted = "vllm:spec_decode_num_accepted_tokens"
+    assert after[accepted] > 2 * before[accepted]
+    assert after[accepted] > 0.6 * sum(len(o) for o in again)

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sagespec.common.drafters import NgramDrafter
+from sagespec.common.drafters import LOOKUP_DRAFTERS, check_lookup_options
 from sagespec.common.params import ConfigError, check_choice, check_int, reject_unknown
 from sagespec.common.policies import POLICIES, make_policy
 from sagespec.common.verify import is_lossless
@@ -26,7 +26,7 @@ from sagespec.common.verify.acceptance import parse_server_acceptance
 
 OWNER = "--speculative-algorithm sage"
 CONFIG_FLAG = "--speculative-adaptive-config"
-DRAFTERS = ("ngram", "draft_model", "eagle")
+DRAFTERS = (*LOOKUP_DRAFTERS, "draft_model", "eagle")
 JSON_KEYS = ("drafter", "policy", "policy_options", "drafter_options", "acceptance")
 DEFAULT_DRAFT_TOKENS = 9   # root + 8 drafted nodes, the vLLM plugin's default budget
 MAX_DRAFT_TOKENS = 65
@@ -101,12 +101,12 @@ def _flag(value, name: str, default: int, lo: int, hi: int) -> int:
 
 
 def check_drafter_options(drafter: str, drafter_options: dict) -> None:
-    if drafter != "ngram":
+    if drafter not in LOOKUP_DRAFTERS:
         if drafter_options:
             raise ConfigError(f"{OWNER}: drafter {drafter!r} takes no drafter_options (got {sorted(drafter_options)})")
         return
     try:
-        NgramDrafter(**drafter_options)
+        check_lookup_options(drafter, drafter_options)
     except ConfigError as e:
         raise ConfigError(f"{OWNER}: {CONFIG_FLAG} drafter_options: {e}") from None
 
@@ -123,8 +123,8 @@ def parse_server_args(cfg) -> SageOptions:
     drafter = check_choice(OWNER, "drafter", config.get("drafter", "draft_model" if model else "ngram"), DRAFTERS)
     if drafter == "draft_model" and not model:
         raise ConfigError(f"{OWNER}: drafter 'draft_model' needs --speculative-draft-model-path")
-    if drafter == "ngram" and model:
-        raise ConfigError(f"{OWNER}: drafter 'ngram' takes no --speculative-draft-model-path (got {model!r})")
+    if drafter in LOOKUP_DRAFTERS and model:
+        raise ConfigError(f"{OWNER}: drafter {drafter!r} takes no --speculative-draft-model-path (got {model!r})")
     tokens = _flag(getattr(cfg, "speculative_num_draft_tokens", None), "num_draft_tokens",
                    DEFAULT_DRAFT_TOKENS, 2, MAX_DRAFT_TOKENS)
     steps = _flag(getattr(cfg, "speculative_num_steps", None), "num_steps", tokens - 1, 1, tokens - 1)

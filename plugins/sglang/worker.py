@@ -17,7 +17,8 @@ import logging
 
 import torch
 
-from sagespec.common.drafters import DraftModelDrafter, EagleDrafter, EagleHead, NgramDrafter
+from sagespec.common.drafters import (LOOKUP_DRAFTERS, DraftModelDrafter, EagleDrafter, EagleHead,
+                                      lookup_drafters)
 from sagespec.common.random_source import TorchRandom
 from sagespec.common.sampling import SamplingParams, process_logits
 from sagespec.common.speculator import DraftRequest, Speculator, VerifyCheck
@@ -142,6 +143,8 @@ def worker_class():
                 self.draft_lm = load_draft_model(self.options.model, server_args.tokenizer_path or server_args.model_path,
                                                  self.model_runner.model)
             self.head = self._load_head() if self.options.drafter == "eagle" else None
+            self.lookup_drafters = (lookup_drafters(self.options.drafter, self.options.drafter_options)
+                                    if self.options.drafter in LOOKUP_DRAFTERS else None)
             # Rules that read the target's final hidden rows, and the EAGLE head (the target layers'
             # states), get them from the target's forwards themselves.
             self.capture = (CaptureHiddenMode.FULL if self.head is not None or acceptance.needs_hidden
@@ -161,7 +164,7 @@ def worker_class():
                 return EagleDrafter(copy.copy(self.head))
             if self.draft_lm is not None:
                 return DraftModelDrafter(HFTreeLM(self.draft_lm))
-            return NgramDrafter(**self.options.drafter_options)
+            return self.lookup_drafters()
 
         def _load_head(self) -> EagleHead:
             """The EAGLE head over the target's embeddings and output layer; the target captures the

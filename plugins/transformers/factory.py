@@ -4,9 +4,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from sagespec.common.drafters import (DRAFTER_NAMES, VISION_PRESETS, DraftModelDrafter, EagleDrafter, EagleHead,
-                                      EagleHeadConfig, NgramDrafter, VisionConfig, VisionDrafter, VisionModules,
-                                      check_shared_vocabulary)
+from sagespec.common.drafters import (DRAFTER_NAMES, LOOKUP_DRAFTERS, VISION_PRESETS, DraftModelDrafter,
+                                      EagleDrafter, EagleHead, EagleHeadConfig, VisionConfig, VisionDrafter,
+                                      VisionModules, check_shared_vocabulary, lookup_drafters)
 from sagespec.common.params import ConfigError, check_int
 from sagespec.common.policies import POLICIES, make_policy
 from sagespec.common.shipped import shipped_head
@@ -66,8 +66,8 @@ def make_drafter(name: str, target: LoadedTarget, draft_model: str | None = None
     if name not in DRAFTER_NAMES:
         raise ConfigError(f"--drafter {name!r} is not one of {['none', *DRAFTER_NAMES]}")
     vision = vision_config(name, vision_options)
-    if name == "ngram":
-        return NgramDrafter()
+    if name in LOOKUP_DRAFTERS:
+        return lookup_drafters(name, {})()
     if name == "draft-model":
         if not draft_model:
             raise ConfigError("--drafter draft-model needs --draft-model PATH (a Hugging Face folder)")

@@ -172,5 +172,6 @@ class SpeculativeGenerator:
             result.shapes.append(state.last_shape)
             result.nodes_per_step.append(tree.num_drafted)
             result.entropies.append(verdict.entropy)
+        speculator.retain(())   # the request is over (a suffix drafter caches it)
         result.seconds = time.perf_counter() - start
         return result

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sagespec.common.drafters import VISION_PRESETS, VisionConfig
+from sagespec.common.drafters import LOOKUP_DRAFTERS, VISION_PRESETS, VisionConfig
 from sagespec.common.params import ConfigError, check_choice, check_int, reject_unknown
 from sagespec.common.policies import POLICIES, make_policy
 from sagespec.common.verify import is_lossless
 from sagespec.common.verify.acceptance import parse_server_acceptance
 
 OWNER = "--speculative-config (method 'sage')"
-DRAFTERS = ("ngram", "draft_model", "eagle", *VISION_PRESETS)
+DRAFTERS = ("ngram", "suffix", "draft_model", "eagle", *VISION_PRESETS)
 SAGE_KEYS = ("method", "drafter", "model", "num_speculative_tokens", "policy", "policy_options",
              "drafter_options", "acceptance", "strict_multimodal")
 # vLLM keys that keep their meaning for our proposer and are handed on unchanged.
@@ -74,8 +74,8 @@ def parse_sage_config(config: dict) -> tuple[SageOptions, dict]:
         raise ConfigError(f"{OWNER}: model={model!r} must be a path")
     if drafter == "draft_model" and not model:
         raise ConfigError(f"{OWNER}: drafter 'draft_model' needs model: the draft model's folder")
-    if drafter == "ngram" and model:
-        raise ConfigError(f"{OWNER}: drafter 'ngram' takes no model (got {model!r})")
+    if drafter in LOOKUP_DRAFTERS and model:
+        raise ConfigError(f"{OWNER}: drafter {drafter!r} takes no model (got {model!r})")
     budget = check_int(OWNER, "num_speculative_tokens", config.get("num_speculative_tokens", DEFAULT_BUDGET),
                        1, 64)
     policy = check_choice(OWNER, "policy", config.get("policy", "sage"), tuple(POLICIES))

