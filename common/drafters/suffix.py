@@ -27,7 +27,7 @@ from ..tree import DraftTree
 from .base import DraftContext, DrafterNeeds
 from .ngram import keep_ranks
 from .suffix_cache import (DEFAULT_CACHED_TOKENS, DEFAULT_CANDIDATES, MAX_CACHED_TOKENS, MAX_CANDIDATES,
-                           MIN_CACHED_TOKENS, SuffixCache)
+                           MIN_CACHED_TOKENS, SEPARATOR, SuffixCache, backward_match_lengths)
 
 OWNER = "drafter 'suffix'"
 CACHE_OPTIONS = ("max_cached_tokens", "max_candidates")
@@ -40,9 +40,7 @@ def own_matches(seq: np.ndarray, max_match: int) -> tuple[int, list[int]]:
         return 0, []
     limit = min(max_match, seq.size - 1)
     positions = ends[:, None] - np.arange(limit)[None, :]
-    earlier = np.where(positions >= 0, seq[np.maximum(positions, 0)], -1)
-    same = earlier == seq[::-1][:limit][None, :]
-    lengths = np.where(same.all(axis=1), limit, same.argmin(axis=1))
+    lengths = backward_match_lengths(np.where(positions >= 0, seq[np.maximum(positions, 0)], SEPARATOR), seq)
     best = int(lengths.max())
     return best, [int(e) for e in ends[lengths == best][::-1]]
 
@@ -128,7 +126,7 @@ class SuffixDrafter:
         tree = frequency_tree(root, [c for c in continuations if c], depth,
                               len(continuations) if static else shape.width,
                               len(continuations) * depth if static else shape.budget, self.min_prob)
-        return keep_ranks(tree, shape.paths) if shape.paths is not None else tree
+        return keep_ranks(tree, shape.paths) if static else tree
 
 
 def check_suffix_options(options: dict) -> tuple[dict, dict]:

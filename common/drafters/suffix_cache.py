@@ -49,6 +49,14 @@ def _hashes(tokens: np.ndarray, n: int) -> np.ndarray:
     return ((h >> np.uint64(64 - _HASH_BITS)) & np.uint64((1 << _HASH_BITS) - 1)).astype(np.int64)
 
 
+def backward_match_lengths(earlier: np.ndarray, context: np.ndarray) -> np.ndarray:
+    """Per row of `earlier` (the tokens going back from one occurrence's end, SEPARATOR where there
+    are none), how many equal the context's tokens read back from its end."""
+    limit = earlier.shape[1]
+    same = earlier == context[::-1][:limit][None, :]
+    return np.where(same.all(axis=1), limit, same.argmin(axis=1))
+
+
 class SuffixCache:
     """Thread-safe: `add` and `matches` hold one lock."""
 
@@ -127,8 +135,7 @@ class SuffixCache:
         limit = min(max_match, context.size)
         positions = ends[:, None] - np.arange(limit)[None, :]              # [occurrences, limit]
         cached = np.where(positions >= first, self.tokens[positions % self.capacity], SEPARATOR)
-        same = cached == context[::-1][:limit][None, :]
-        lengths = np.where(same.all(axis=1), limit, same.argmin(axis=1))
+        lengths = backward_match_lengths(cached, context)
         best = int(lengths.max())
         return best, ends[lengths == best].tolist()
 

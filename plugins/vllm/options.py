@@ -15,7 +15,7 @@ from sagespec.common.verify import is_lossless
 from sagespec.common.verify.acceptance import parse_server_acceptance
 
 OWNER = "--speculative-config (method 'sage')"
-DRAFTERS = ("ngram", "suffix", "draft_model", "eagle", *VISION_PRESETS)
+DRAFTERS = (*LOOKUP_DRAFTERS, "draft_model", "eagle", *VISION_PRESETS)
 SAGE_KEYS = ("method", "drafter", "model", "num_speculative_tokens", "policy", "policy_options",
              "drafter_options", "acceptance", "strict_multimodal")
 # vLLM keys that keep their meaning for our proposer and are handed on unchanged.
