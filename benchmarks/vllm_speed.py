@@ -46,14 +46,20 @@ CONFIGS = {
     "vllm-ngram": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2},
     "vllm-eagle3": {"method": "eagle3", "model": EAGLE3_DIR, "num_speculative_tokens": 4},
     "vllm-suffix": {"method": "suffix"},   # vLLM's defaults (24 tokens, tree depth 24); needs ARCTIC_DIR
-    "sage-ngram": {"method": "sage", "drafter": "ngram", "policy": "sage", "num_speculative_tokens": 8},
-    "sage-ngram-chain": {"method": "sage", "drafter": "ngram", "policy": "chain", "num_speculative_tokens": 4},
+    # sage with fixed budgets ("budget": a number of nodes each step) ...
+    "sage-ngram": {"method": "sage", "drafter": "ngram", "policy": "sage", "max_budget": 8, "budget": 8},
+    "sage-ngram-chain": {"method": "sage", "drafter": "ngram", "policy": "chain", "max_budget": 4, "budget": 4},
     # Suffix drafts are as long as the text they copy: budgets as deep as vLLM's suffix method (24).
-    "sage-suffix": {"method": "sage", "drafter": "suffix", "policy": "sage", "num_speculative_tokens": 24,
+    "sage-suffix": {"method": "sage", "drafter": "suffix", "policy": "sage", "max_budget": 24, "budget": 24,
                     "policy_options": {"max_depth": 24}},
-    "sage-suffix-chain": {"method": "sage", "drafter": "suffix", "policy": "chain", "num_speculative_tokens": 24},
-    "sage-eagle": {"method": "sage", "drafter": "eagle", "policy": "sage", "num_speculative_tokens": 8},
-    "sage-eagle-chain": {"method": "sage", "drafter": "eagle", "policy": "chain", "num_speculative_tokens": 4},
+    "sage-suffix-chain": {"method": "sage", "drafter": "suffix", "policy": "chain", "max_budget": 24, "budget": 24},
+    "sage-eagle": {"method": "sage", "drafter": "eagle", "policy": "sage", "max_budget": 8, "budget": 8},
+    "sage-eagle-chain": {"method": "sage", "drafter": "eagle", "policy": "chain", "max_budget": 4, "budget": 4},
+    # ... and cost-aware sizing (budget "auto", the default) with each drafter
+    "sage-ngram-auto": {"method": "sage", "drafter": "ngram", "policy": "sage", "max_budget": 8},
+    "sage-suffix-auto": {"method": "sage", "drafter": "suffix", "policy": "sage", "max_budget": 24,
+                         "policy_options": {"max_depth": 24}},
+    "sage-eagle-auto": {"method": "sage", "drafter": "eagle", "policy": "sage", "max_budget": 8},
 }
 
 
@@ -69,6 +75,13 @@ def sage_times(llm) -> dict | None:
     from sagespec.plugins.vllm.proposer import SageProposer
     live = list(SageProposer.live)
     return live[0].times.totals() if live else None
+
+
+def sage_sizing(llm) -> dict | None:
+    """The live sage proposer's cost-aware sizing state (None for other methods and fixed budgets)."""
+    from sagespec.plugins.vllm.proposer import SageProposer
+    sizers = [p.sizer for p in SageProposer.live if p.sizer is not None]
+    return sizers[0].summary() if sizers else None
 
 
 def turns(model: Path, dataset: str, num_prompts: int, workload: str):
@@ -122,7 +135,7 @@ def run(model: Path, spec, ids, max_tokens: int, batch: int, dtype: str, eager: 
     per_prompt = ([len(t) / s for t, s in zip(tokens, per_prompt_seconds)] if batch == 1 else [])
     return {"seconds": seconds, "tokens": n_tokens, "tok_per_s": n_tokens / seconds,
             "per_prompt_tok_per_s": per_prompt, "tau": 1 + accepted / drafts if drafts else 1.0,
-            "outputs": tokens, "step_seconds": breakdown}
+            "outputs": tokens, "step_seconds": breakdown, "sizing": sage_sizing(llm)}
 
 
 def ratio(r: dict, base: dict | None) -> float | None:
@@ -149,7 +162,7 @@ def rows_for(results: dict, mode: str, batch: int, num_prompts: int) -> list[dic
                      "same_as_plain": sum(a == b for a, b in zip(r["outputs"], base["outputs"])) if base else None,
                      "num_prompts": num_prompts, "requests": len(r["outputs"]), "seconds": r["seconds"],
                      "tokens": r["tokens"],
-                     "step_seconds": steps, "plain_step_seconds": plain_step,
+                     "step_seconds": steps, "plain_step_seconds": plain_step, "sizing": r.get("sizing"),
                      "sage_own_vs_plain_step": own / plain_step if own is not None and plain_step else None})
     return rows
 

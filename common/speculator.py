@@ -1,27 +1,34 @@
 """`Speculator`: the speculation core every runtime calls, for a whole batch at a time.
 
     speculator = Speculator(make_policy, make_drafter, acceptance)    # once per engine
-    trees = speculator.draft([DraftRequest(...), ...])   # per request: plan a shape, draft (batched)
+    trees = speculator.draft([DraftRequest(...), ...])   # per request: plan a shape, draft (batched),
+                                                         # then cost-aware sizing cuts the batch's trees
       ... the engine runs its target over the trees (tree attention, depth positions) ...
     verdicts = speculator.verify(trees, logits, starts, checks)       # accepted path, bonus, entropy
-    speculator.observe(req_id, accepted, entropy)                     # the policy learns
+    speculator.observe(req_id, accepted, entropy, emitted)            # the policy and sizing learn
 A plugin translates its engine's batch into these calls and back, and does the engine's plumbing
 (positions, attention, accepted-KV moves, scheduler accounting). Per request the speculator keeps
 the policy (the SAGE entropy EMA lives there), the drafter (its caches) and, for drafters that read
-target features, the features of every committed position but the root.
+target features, the features of every committed position but the root. With a `Sizer` (budget
+"auto") each request's budget, and the batch's trees after drafting, follow the measured latency
+model and calibrated acceptance (`sagespec.common.sizing`); the runtime reports its step times to
+`sizer.latency`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+import time
+
 import torch
 
 from .drafters import DraftContext, EagleDrafter, ImageInputs
 from .drafters.eagle import run_drafting
-from .policies import DecodeState, StepStats, TreePolicy, TreeShape
+from .policies import DecodeState, StepStats, TreePolicy, TreeShape, cap_shape
 from .random_source import RandomSource, TorchRandom
 from .sampling import SamplingParams, entropy
+from .sizing import RequestBudget, Sizer
 from .tree import DraftTree
 from .verify import Accepted
 from .verify.acceptance import Acceptance
@@ -46,6 +53,8 @@ class RequestState:
     last_drafted: int = 0
     steps: int = 0                          # drafts proposed
     rng: RandomSource | None = None         # the request's own stream (engines that keep none themselves)
+    budget: RequestBudget | None = None     # cost-aware sizing's budget for the request
+    last_tree: DraftTree | None = None      # the tree proposed last, until its outcome is observed
 
 
 @dataclass(frozen=True)
@@ -76,8 +85,10 @@ class Verdict:
 
 class Speculator:
     def __init__(self, make_policy: Callable[[], TreePolicy], make_drafter: Callable[[], object] | None,
-                 acceptance: Acceptance):
+                 acceptance: Acceptance, sizer: Sizer | None = None):
+        """`sizer`: cost-aware sizing (budget "auto"); None keeps the policy's fixed budget."""
         self.make_policy, self.make_drafter, self.acceptance = make_policy, make_drafter, acceptance
+        self.sizer = sizer
         self.requests: dict[str, RequestState] = {}
         self.fallback_rng = TorchRandom(0)
         # Whether verdicts need the target's entropy (a softmax over the vocabulary per request).
@@ -92,6 +103,8 @@ class Speculator:
             if drafter is not None:
                 drafter.begin()
             state = self.requests[req_id] = RequestState(self.make_policy(), drafter)
+            if self.sizer is not None:
+                state.budget = self.sizer.new_budget()
         return state
 
     def retain(self, live: Iterable[str]) -> None:
@@ -111,32 +124,49 @@ class Speculator:
             kept = kept[:start]
         state.features = torch.cat([kept, rows])
 
-    def observe(self, req_id: str, accepted: int, entropy: float) -> None:
+    def observe(self, req_id: str, accepted: int, entropy: float, emitted=None) -> None:
         """What the request's last verify did (`accepted` drafted tokens; the target's entropy where
-        the bonus was sampled); before its first draft, only the entropy counts."""
+        the bonus was sampled; `emitted`, the tokens it emitted, tells sizing which tree nodes were
+        accepted); before its first draft, only the entropy counts."""
         state = self.state(req_id)
+        tree, state.last_tree = state.last_tree, None
+        if self.sizer is not None and tree is not None and tree.num_drafted:
+            if emitted is None and tree.max_depth == tree.num_drafted:   # a chain: its first nodes
+                emitted = [int(t) for t in tree.tokens[1: accepted + 1]] + [-1]
+            if emitted is not None:
+                self.sizer.observe(tree, emitted)
         state.policy.observe(StepStats(shape=state.last_shape, num_nodes=state.last_drafted,
                                        accepted=accepted if state.last_shape is not None else 0,
                                        target_entropy=entropy))
 
     # ---- the step ----------------------------------------------------------------------
-    def plan(self, request: DraftRequest) -> TreeShape:
+    def plan(self, request: DraftRequest) -> TreeShape | None:
+        """The request's shape this step; None: sizing has it draft nothing."""
         state = self.state(request.req_id)
-        shape = state.policy.plan(DecodeState(step=state.steps, context_len=request.tokens.numel()))
+        budget = None if state.budget is None else Sizer.budget_for(state.budget)
+        if state.budget is not None and budget is None:
+            return None
+        shape = state.policy.plan(DecodeState(step=state.steps, context_len=request.tokens.numel(), budget=budget))
+        if budget is not None:
+            shape = cap_shape(shape, budget)
         if request.chain_only or (request.room is not None and shape.budget > request.room):
             shape = chain_of(shape, request.room)
         return shape
 
     @torch.no_grad()
-    def draft(self, requests: list[DraftRequest]) -> list[DraftTree]:
+    def draft(self, requests: list[DraftRequest], decoding: int | None = None,
+              base_tokens: int | None = None) -> list[DraftTree]:
         """One tree per request (the root alone without a drafter). EAGLE drafters sharing a head run
-        in lockstep: one head pass per tree level for all of them."""
+        in lockstep: one head pass per tree level for all of them. Sizing, when on, reads the step:
+        `decoding` requests emit a token (default: these), the forward runs `base_tokens` besides
+        drafted nodes (default: one root each)."""
+        start = time.perf_counter()
         trees: list[DraftTree | None] = [None] * len(requests)
         lockstep, jobs = [], []
         for i, request in enumerate(requests):
             state = self.state(request.req_id)
             state.last_shape = shape = self.plan(request)
-            if state.drafter is None:
+            if state.drafter is None or shape is None:
                 trees[i] = DraftTree.root_only(int(request.tokens[-1]))
                 continue
             context = DraftContext(request.tokens, state.features, state.images)
@@ -148,9 +178,14 @@ class Speculator:
                 trees[i] = state.drafter.propose(context, shape, request.params, rng)
         for i, tree in zip(lockstep, run_drafting(jobs)):
             trees[i] = tree
+        if self.sizer is not None and requests:
+            trees = self.sizer.size(trees, [self.requests[r.req_id].budget for r in requests],
+                                    len(requests) if decoding is None else decoding,
+                                    len(requests) if base_tokens is None else base_tokens,
+                                    time.perf_counter() - start)
         for request, tree in zip(requests, trees):
             state = self.requests[request.req_id]
-            state.last_drafted, state.steps = tree.num_drafted, state.steps + 1
+            state.last_drafted, state.steps, state.last_tree = tree.num_drafted, state.steps + 1, tree
         return trees
 
     @torch.no_grad()

@@ -8,6 +8,8 @@ other node is a drafted token. Invariants, checked once at construction:
 with the request's sampling parameters); rows of nodes without children are not read.
 `sampled_children` says the children of each node were drawn i.i.d. from that row; otherwise the
 drafter chose them deterministically (top-k, lookup), and verification treats q as one-hot.
+`confidence[i]`, when given, is the drafter's own chance for node i given its parent (a lookup
+drafter's continuation share; node 0: 1); sizing reads it (`conditional_scores`), verification never.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ class DraftTree:
     depths: torch.Tensor
     draft_probs: torch.Tensor | None = None
     sampled_children: bool = False
+    confidence: torch.Tensor | None = None
     _children: tuple = field(default=(), init=False, repr=False)
 
     def __post_init__(self):
@@ -58,6 +61,8 @@ class DraftTree:
                 raise TreeError(f"DraftTree.draft_probs must be [num_nodes={n}, vocab]; got {tuple(q.shape)}")
             if bool((q < 0).any()) or not bool(torch.isfinite(q).all()):
                 raise TreeError("DraftTree.draft_probs must be finite and non-negative")
+        if self.confidence is not None and (self.confidence.dim() != 1 or self.confidence.numel() != n):
+            raise TreeError(f"DraftTree.confidence must be [num_nodes={n}]; got {tuple(self.confidence.shape)}")
         if self.sampled_children and self.draft_probs is None:
             raise TreeError("DraftTree.sampled_children needs draft_probs (the distribution sampled from)")
         object.__setattr__(self, "_children", tuple(tuple(c) for c in children))
@@ -182,7 +187,26 @@ class DraftTree:
     def to(self, device) -> "DraftTree":
         q = None if self.draft_probs is None else self.draft_probs.to(device)
         return DraftTree(self.tokens.to(device), self.parents.to(device), self.depths.to(device),
-                         q, self.sampled_children)
+                         q, self.sampled_children, self.confidence)
+
+    def subtree(self, keep: Sequence[int]) -> "DraftTree":
+        """The tree of the listed nodes (the root and, for each, its parent must be listed), in
+        their original order; draft rows and confidences follow their nodes."""
+        keep = sorted(set(int(i) for i in keep))
+        if len(keep) == self.num_nodes:
+            return self
+        if not keep or keep[0] != 0:
+            raise TreeError("DraftTree.subtree must keep the root")
+        remap = {old: new for new, old in enumerate(keep)}
+        parents = self.parents.tolist()
+        try:
+            new_parents = [-1] + [remap[parents[i]] for i in keep[1:]]
+        except KeyError as e:
+            raise TreeError(f"DraftTree.subtree keeps a node whose parent {e.args[0]} it drops") from None
+        index = torch.tensor(keep, dtype=torch.long)
+        pick = lambda t: None if t is None else t[index.to(t.device)]
+        return DraftTree.from_parents(self.tokens[index].tolist(), new_parents, draft_probs=pick(self.draft_probs),
+                                      sampled_children=self.sampled_children, confidence=pick(self.confidence))
 
 
 @dataclass(frozen=True, eq=False)

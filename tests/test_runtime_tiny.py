@@ -10,6 +10,7 @@ from sagespec.common.drafters import (LOOKUP_DRAFTERS, DraftModelDrafter, EagleD
 from sagespec.common.params import ConfigError
 from sagespec.common.policies import POLICIES, SagePolicy, StaticPolicy, make_policy
 from sagespec.common.sampling import SamplingParams
+from sagespec.common.sizing import LatencyModel, Sizer
 from sagespec.plugins.transformers.runtime import SpeculativeGenerator
 from sagespec.plugins._hf_tree_lm import HFTreeLM
 from distribution_stats import chi_square_pvalue
@@ -56,6 +57,36 @@ def test_greedy_identity(target, oracle, drafter, policy):
     assert res.tokens == oracle
     assert sum(res.accepted_per_step) == len(res.tokens) == 48
     assert max(res.nodes_per_step) > 1  # real trees/chains were drafted, not root-only steps
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "suffix", "draft-model", "eagle"])
+def test_greedy_identity_with_cost_aware_sizing(target, oracle, drafter):
+    sizer = Sizer(12)
+    gen = generator(target, make_drafter(drafter, target), SagePolicy(budget=12), sizer=sizer)
+    measured = gen.profile_latency(16)
+    assert sorted(measured) == [1, 2, 4, 8, 16] and all(t > 0 for t in measured.values())
+    res = gen.generate(PROMPT, 48)
+    assert res.tokens == oracle
+    assert sizer.latency.samples > len(measured)   # refined by the run's own steps
+
+
+def test_self_draft_under_sizing_grows_to_the_most_nodes(target, oracle):
+    """The target drafting for itself is always right: as calibration learns that its (flat, random
+    model's) scores still mean acceptance, its trees grow to the most nodes and stay there."""
+    sizer = Sizer(12, steep_latency(0.02))
+    drafter = DraftModelDrafter(HFTreeLM(copy.deepcopy(target)))
+    res = generator(target, drafter, make_policy("chain", depth=12), sizer=sizer).generate(PROMPT, 80)
+    assert res.tokens[:48] == oracle
+    assert res.nodes_per_step[-2:] == [12, 12] and res.nodes_per_step[0] < 12
+    assert all(n == d + 1 for n, d in zip(res.accepted_per_step[1:-1], res.nodes_per_step))
+
+
+def steep_latency(per_token: float = 0.1) -> LatencyModel:
+    """A machine where each verified token costs `per_token` of a one-token step."""
+    model = LatencyModel()
+    for n in (1, 2, 4, 8, 16, 32):
+        model.observe_profile(n, 1.0 + per_token * (n - 1))
+    return model
 
 
 def test_plain_decoding_matches(target, oracle):
@@ -112,8 +143,8 @@ def exact_pair_distribution(model, prompt):
     return joint.sum(0)
 
 
-def sample_pairs(target, drafter, policy, rule, n):
-    gen = generator(target, drafter, policy, rule=rule)
+def sample_pairs(target, drafter, policy, rule, n, sizer=None):
+    gen = generator(target, drafter, policy, rule=rule, sizer=sizer)
     counts = torch.zeros(V_SMALL, V_SMALL, dtype=torch.float64)
     for seed in range(n):
         t = gen.generate([1, 2, 3], 3, SamplingParams(1.0), seed=seed).tokens
@@ -128,12 +159,17 @@ def small_pair():
     return target, draft, exact_pair_distribution(target, [1, 2, 3])
 
 
-@pytest.mark.parametrize("sampled,policy", [(True, "chain"), (False, "sage")], ids=["iid-chain", "topk-sage-tree"])
-def test_sampling_matches_target_distribution(small_pair, sampled, policy):
+@pytest.mark.parametrize("sampled,policy,sized", [(True, "chain", False), (False, "sage", False),
+                                                  (False, "sage", True), (True, "sage", True)],
+                         ids=["iid-chain", "topk-sage-tree", "topk-sage-tree-sized", "iid-sage-tree-sized"])
+def test_sampling_matches_target_distribution(small_pair, sampled, policy, sized):
     target, draft, exact = small_pair
     drafter = DraftModelDrafter(HFTreeLM(copy.deepcopy(draft)), sample_children=sampled)
-    counts = sample_pairs(target, drafter, make_policy(policy), "auto", 1200)
+    sizer = Sizer(16, steep_latency()) if sized else None
+    counts = sample_pairs(target, drafter, make_policy(policy), "auto", 1200, sizer)
     assert chi_square_pvalue(counts.flatten(), exact.flatten()) > 1e-3
+    if sized:
+        assert 0 < sizer.kept_share < 1 or sampled   # sizing did cut trees (sampled ones stay whole)
 
 
 def test_sampling_test_detects_a_lossy_rule(small_pair):

@@ -13,10 +13,17 @@ from sagespec.plugins.vllm.step_view import build_step_view
 
 def test_defaults_and_kept_vllm_keys():
     options, kept = parse_sage_config({"method": "sage", "max_model_len": 512})
-    assert (options.drafter, options.policy, options.budget, options.acceptance) == \
-        ("ngram", "sage", DEFAULT_BUDGET, "auto")
+    assert (options.drafter, options.policy, options.budget, options.max_budget, options.acceptance) == \
+        ("ngram", "sage", "auto", DEFAULT_BUDGET, "auto")
     assert kept == {"max_model_len": 512}
-    assert options.make_policy().budget == DEFAULT_BUDGET
+    assert options.make_policy().budget == DEFAULT_BUDGET   # auto sizes within the policy's whole budget
+
+
+def test_budget_keys():
+    fixed, _ = parse_sage_config({"method": "sage", "num_speculative_tokens": 12, "budget": 5})
+    assert (fixed.max_budget, fixed.budget, fixed.auto, fixed.make_policy().budget) == (12, 5, False, 5)
+    auto, _ = parse_sage_config({"method": "sage", "max_budget": 16})
+    assert (auto.max_budget, auto.budget, auto.auto) == (16, "auto", True)
     assert "vllm" not in sys.modules  # parsing never imports the engine
 
 
@@ -25,7 +32,11 @@ def test_defaults_and_kept_vllm_keys():
     ({"policy": "widest"}, "policy='widest' is not one of"),
     ({"num_speculative_tokens": 0}, "num_speculative_tokens=0 is out of range"),
     ({"colour": "blue"}, "unknown option(s) ['colour']"),
-    ({"policy_options": {"budget": 4}}, "the node budget is num_speculative_tokens"),
+    ({"policy_options": {"budget": 4}}, "the node budget is budget"),
+    ({"budget": "big"}, "budget='big' must be \"auto\" or a number of nodes 1..8"),
+    ({"budget": 9}, "budget=9 is out of range; allowed: 1 <= budget <= 8"),
+    ({"max_budget": 65}, "max_budget=65 is out of range"),
+    ({"max_budget": 8, "num_speculative_tokens": 4}, "name the same limit; give one"),
     ({"policy_options": {"ema": 2.0}}, "ema=2.0 is out of range"),
     ({"policy_options": "deep"}, "policy_options='deep' must be a JSON object"),
     ({"drafter": "draft_model"}, "needs model"),

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..params import ConfigError
-from .base import DecodeState, StepStats, TreePolicy, TreeShape
+from .base import DecodeState, StepStats, TreePolicy, TreeShape, cap_shape
 from .chain import ChainPolicy
 from .dynamic import DynamicPolicy
 from .sage import SagePolicy, calibrate_thresholds
@@ -18,4 +18,4 @@ def make_policy(name: str, **options) -> TreePolicy:
 
 
 __all__ = ["ChainPolicy", "DecodeState", "DynamicPolicy", "POLICIES", "SagePolicy", "StaticPolicy",
-           "StepStats", "TreePolicy", "TreeShape", "calibrate_thresholds", "make_policy"]
+           "StepStats", "TreePolicy", "TreeShape", "calibrate_thresholds", "cap_shape", "make_policy"]

@@ -24,9 +24,11 @@ class TreeShape:
 
 @dataclass(frozen=True)
 class DecodeState:
-    """What a policy may read when it plans a step (per request)."""
+    """What a policy may read when it plans a step (per request). `budget`: the most nodes cost-aware
+    sizing gives the request this step (None: the policy's own budget)."""
     step: int = 0
     context_len: int = 0
+    budget: int | None = None
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,17 @@ class StepStats:
     num_nodes: int            # drafted nodes actually proposed
     accepted: int             # drafted tokens accepted (bonus excluded)
     target_entropy: float     # nats, target distribution at the last accepted position
+
+
+def cap_shape(shape: TreeShape, budget: int) -> TreeShape:
+    """The shape within `budget` nodes: a static topology keeps its first nodes (parents first)."""
+    if shape.budget <= budget:
+        return shape
+    if shape.paths is not None:
+        paths = shape.paths[:budget]
+        return TreeShape(depth=max(len(p) for p in paths), width=min(shape.width, budget), budget=len(paths),
+                         paths=paths)
+    return TreeShape(depth=min(shape.depth, budget), width=min(shape.width, budget), budget=budget)
 
 
 class TreePolicy(Protocol):

@@ -67,14 +67,15 @@ class SagePolicy:
         tier = sum(h >= t for t in self.thresholds)
         return tier / len(self.thresholds)
 
-    def shape_for(self, u: float) -> TreeShape:
+    def shape_for(self, u: float, budget: int | None = None) -> TreeShape:
+        budget = self.budget if budget is None else min(budget, self.budget)
         depth = round(self.max_depth + u * (self.min_depth - self.max_depth))
-        depth = min(depth, self.budget)
-        width = max(1, min(self.max_width, round(self.budget / depth)))
-        return TreeShape(depth=depth, width=width, budget=self.budget)
+        depth = min(depth, budget)
+        width = max(1, min(self.max_width, round(budget / depth)))
+        return TreeShape(depth=depth, width=width, budget=budget)
 
     def plan(self, state: DecodeState) -> TreeShape:
-        return self.shape_for(self.uncertainty())
+        return self.shape_for(self.uncertainty(), state.budget)
 
     def observe(self, stats: StepStats) -> None:
         h = float(stats.target_entropy)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from vllm_lane import fixed_budget
+
 MAX_TOKENS = 64
 
 
@@ -32,7 +34,7 @@ def vllm_server(model, log: Path, spec=None):
            "--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
            "--max-num-seqs", "32", "--seed", "0"]
     if spec is not None:
-        cmd += ["--speculative-config", json.dumps(spec)]
+        cmd += ["--speculative-config", json.dumps(fixed_budget(spec))]
     env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}  # the real layout
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)

@@ -13,6 +13,7 @@ def engine(model, spec=None, max_num_seqs: int = 8, dtype: str = "float32", max_
     """One LLM at a time (2 cores): it is shut down and its memory freed on exit."""
     from vllm import LLM
     from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+    spec = fixed_budget(spec)
     try:
         llm = LLM(model=str(model), dtype=dtype, enforce_eager=True, speculative_config=spec,
                   max_model_len=max_model_len, seed=0, max_num_seqs=max_num_seqs, disable_log_stats=False, **kwargs)
@@ -27,6 +28,15 @@ def engine(model, spec=None, max_num_seqs: int = 8, dtype: str = "float32", max_
         del llm
         gc.collect()
         cleanup_dist_env_and_memory()
+
+
+def fixed_budget(spec):
+    """Lane tests check trees, drafters and verification, so a sage config drafts its whole budget
+    each step unless the test asks for "budget" itself (cost-aware sizing may draft nothing on tiny
+    models, which would leave a test of trees with no trees)."""
+    if isinstance(spec, dict) and spec.get("method") == "sage" and "budget" not in spec:
+        return {**spec, "budget": spec.get("num_speculative_tokens", spec.get("max_budget", 8))}
+    return spec
 
 
 def greedy_tokens(llm, prompts, max_tokens: int, with_marks: bool = False):
@@ -49,9 +59,15 @@ def counters_during(llm, work):
     return result, {k: after[k] - before[k] for k in before}
 
 
-def shape_stats():
-    """Tree-shape statistics of the live in-process sage engine's proposer."""
+def live_proposer():
+    """The live in-process sage engine's proposer."""
     from sagespec.plugins.vllm.proposer import SageProposer
     proposers = list(SageProposer.live)
     assert len(proposers) == 1, f"expected one live sage proposer, found {len(proposers)}"
-    return proposers[0].stats
+    return proposers[0]
+
+
+def shape_stats():
+    """Tree-shape statistics of the live in-process sage engine's proposer."""
+    return live_proposer().stats
+

@@ -71,7 +71,7 @@ def run_bench(args, configs: list[BenchConfig], sampling) -> int:
             r = g.generate(ids, args.max_new_tokens, sampling, seed=args.seed + i)
             runs[label].append({"prompt": prompts[i].id, "tokens": len(r.tokens), "seconds": r.seconds,
                                 "steps": r.steps, "accepted_per_step": r.accepted_per_step,
-                                "depths": [s.depth for s in r.shapes], "widths": [s.width for s in r.shapes],
+                                "depths": [s.depth if s else 0 for s in r.shapes], "widths": [s.width if s else 0 for s in r.shapes],
                                 "nodes": r.nodes_per_step, "entropies": r.entropies,
                                 "same_as_plain": None if label == "plain" else r.tokens == plain_tokens[i]})
             if label == "plain":

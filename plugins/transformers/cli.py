@@ -55,7 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt-file")
     g.add_argument("--drafter", default="ngram", choices=["none", *DRAFTER_NAMES])
     g.add_argument("--policy", default="sage", choices=sorted(POLICIES))
-    g.add_argument("--budget", type=int, help="drafted nodes per step (the policy's default when omitted)")
+    g.add_argument("--budget", default="auto",
+                   help="drafted nodes per step: 'auto' (default: sized each step by a latency model measured at "
+                        "start-up and the drafter's calibrated acceptance) or a number")
+    g.add_argument("--max-budget", type=int, default=None,
+                   help="most drafted nodes per step under --budget auto (default: the policy's own budget)")
     g.add_argument("--image", action="append", default=[],
                    help="an image file to put before the prompt (repeatable; needs a vision-language model)")
     g.add_argument("--strict-multimodal", action="store_true",
@@ -88,6 +92,23 @@ def _sampling(args):
     return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
 
 
+def parse_budget_arg(budget: str, max_budget: int | None):
+    """--budget: 'auto' or an integer >= 1 (then --max-budget does not apply)."""
+    if budget == "auto":
+        if max_budget is not None and max_budget < 1:
+            raise ConfigError(f"--max-budget {max_budget} must be >= 1")
+        return "auto"
+    try:
+        value = int(budget)
+    except ValueError:
+        raise ConfigError(f"--budget {budget!r} must be 'auto' or an integer >= 1") from None
+    if value < 1:
+        raise ConfigError(f"--budget {value} must be >= 1")
+    if max_budget is not None:
+        raise ConfigError("--max-budget applies to --budget auto only; a fixed --budget is the number of nodes")
+    return value
+
+
 def _check(args) -> None:
     if args.command in ("train-drafter", "export-drafter", "mine-judge", "train-judge"):
         return
@@ -95,8 +116,8 @@ def _check(args) -> None:
         raise ConfigError(f"--max-new-tokens {args.max_new_tokens} must be >= 1")
     if args.threads < 1:
         raise ConfigError(f"--threads {args.threads} must be >= 1")
-    if getattr(args, "budget", None) is not None and args.budget < 1:
-        raise ConfigError(f"--budget {args.budget} must be >= 1")
+    if args.command == "generate":
+        args.budget = parse_budget_arg(args.budget, args.max_budget)
     if getattr(args, "num_prompts", 1) < 1:
         raise ConfigError(f"--num-prompts {args.num_prompts} must be >= 1")
     args.rule, args.rule_options = parse_acceptance(args.rule, "--rule")
@@ -107,7 +128,9 @@ def _check(args) -> None:
 
 
 def cmd_generate(args) -> int:
-    from .factory import load_target, make_drafter, make_generator, make_policy_from_args
+    from sagespec.common.sizing import Sizer
+
+    from .factory import load_target, make_drafter, make_generator, make_policy_from_args, policy_budget
     if args.prompt_file is not None:
         path = Path(args.prompt_file)
         if not path.is_file():
@@ -116,11 +139,17 @@ def cmd_generate(args) -> int:
     else:
         text = args.prompt
     images = [_open_image(path) for path in args.image]
-    policy = make_policy_from_args(args.policy, args.budget)
+    auto = args.budget == "auto"
+    policy = make_policy_from_args(args.policy, args.max_budget if auto else args.budget)
     target = load_target(args.model, args.dtype)
     drafter = make_drafter(args.drafter, target, args.draft_model, args.eagle_head, args.dtype, args.seed,
                            vision_options=args.vision_options)
-    gen = make_generator(target, drafter, policy, args.rule, args.rule_options, args.strict_multimodal)
+    sizer = Sizer(policy_budget(policy)) if auto and drafter is not None else None
+    gen = make_generator(target, drafter, policy, args.rule, args.rule_options, args.strict_multimodal, sizer)
+    if sizer is not None:
+        measured = gen.profile_latency(sizer.max_budget + 1)
+        print("[latency profile, ms per forward by tokens: "
+              + ", ".join(f"{n}: {t * 1e3:.1f}" for n, t in measured.items()) + "]", file=sys.stderr)
     if images:
         res = gen.generate(None, args.max_new_tokens, _sampling(args), seed=args.seed,
                            image_prompt=target.encode_image_chat(text, images))

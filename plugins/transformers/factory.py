@@ -8,8 +8,9 @@ from sagespec.common.drafters import (DRAFTER_NAMES, LOOKUP_DRAFTERS, VISION_PRE
                                       EagleDrafter, EagleHead, EagleHeadConfig, VisionConfig, VisionDrafter,
                                       VisionModules, check_shared_vocabulary, lookup_drafters)
 from sagespec.common.params import ConfigError, check_int
-from sagespec.common.policies import POLICIES, make_policy
+from sagespec.common.policies import POLICIES, DecodeState, make_policy
 from sagespec.common.shipped import shipped_head
+from sagespec.common.sizing import Sizer
 from sagespec.common.verify.acceptance import check_acceptance
 
 from .model_loading import load_model, load_processor
@@ -114,12 +115,18 @@ def make_policy_from_args(name: str, budget: int | None):
     return make_policy(name)
 
 
+def policy_budget(policy) -> int:
+    """The most nodes a policy's trees hold (the ceiling cost-aware sizing works under)."""
+    return policy.plan(DecodeState()).budget
+
+
 def make_generator(target: LoadedTarget, drafter, policy, rule: str = "auto",
-                   rule_options: dict | None = None, strict_multimodal: bool = False) -> SpeculativeGenerator:
+                   rule_options: dict | None = None, strict_multimodal: bool = False,
+                   sizer: Sizer | None = None) -> SpeculativeGenerator:
     """Acceptance options are checked against the target (a judge's hidden size) before any request."""
     cfg = target.model.config.get_text_config()
     check_acceptance(rule, dict(rule_options or {}), cfg.vocab_size, cfg.hidden_size)
     layers = drafter.needs.hidden_layer_ids if drafter is not None else ()
     return SpeculativeGenerator(HFTreeLM(target.model, hidden_layer_ids=layers), drafter, policy, rule=rule,
                                 rule_options=rule_options, eos_token_ids=target.eos_ids(),
-                                strict_multimodal=strict_multimodal)
+                                strict_multimodal=strict_multimodal, sizer=sizer)

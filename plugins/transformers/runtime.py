@@ -8,6 +8,7 @@ Without a drafter every tree is the root alone: plain decoding through the same 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from sagespec.common.params import ConfigError
 from sagespec.common.policies import ChainPolicy, TreePolicy, TreeShape
 from sagespec.common.random_source import TorchRandom
 from sagespec.common.sampling import SamplingParams, entropy
+from sagespec.common.sizing import Sizer, profile_sizes
 from sagespec.common.speculator import DraftRequest, Speculator, VerifyCheck
 from sagespec.common.tree import DraftTree
 from sagespec.common.verify import get_rule, rule_needs_hidden
@@ -31,6 +33,8 @@ from .multimodal import ImagePrompt
 
 
 REQUEST = "request"   # the runtime decodes one request at a time
+PROFILE_CONTEXT = 64  # cached tokens the startup profile's forwards attend to
+PROFILE_REPEATS = 3
 
 
 class TextOnlyDraftWarning(UserWarning):
@@ -63,10 +67,12 @@ class GenerationResult:
 class SpeculativeGenerator:
     def __init__(self, target: HFTreeLM, drafter: Drafter | None = None, policy: TreePolicy | None = None,
                  rule: str = "auto", rule_options: dict | None = None, eos_token_ids=(),
-                 strict_multimodal: bool = False):
+                 strict_multimodal: bool = False, sizer: Sizer | None = None):
         """`strict_multimodal`: refuse image requests a text-only drafter would draft (by default
-        they are drafted from the text alone, with a TextOnlyDraftWarning)."""
+        they are drafted from the text alone, with a TextOnlyDraftWarning). `sizer`: cost-aware
+        sizing (budget "auto"), kept across requests; `profile_latency` measures its model."""
         self.target = target
+        self.sizer = sizer
         self.strict_multimodal = strict_multimodal
         self.drafter = drafter
         self.policy = policy or ChainPolicy()
@@ -77,6 +83,31 @@ class SpeculativeGenerator:
         if self.needs_hidden and tuple(target.hidden_layer_ids) != tuple(drafter.needs.hidden_layer_ids):
             raise ValueError(f"drafter {drafter.name!r} needs hidden layers {drafter.needs.hidden_layer_ids}; "
                              f"the target wrapper provides {target.hidden_layer_ids}")
+
+    @torch.no_grad()
+    def profile_latency(self, max_tokens: int) -> dict:
+        """The startup profile: median seconds of a forward over 1, 2, 4 .. max_tokens tokens after
+        PROFILE_CONTEXT cached ones, into the sizer's latency model. Returns {tokens: seconds}."""
+        if self.sizer is None:
+            raise ValueError("profile_latency needs a sizer (budget 'auto')")
+        self.target.truncate(0)
+        context = torch.zeros(PROFILE_CONTEXT, dtype=torch.long)
+        self.target.forward(context, torch.arange(PROFILE_CONTEXT), causal_extension_mask(0, PROFILE_CONTEXT))
+        measured = {}
+        for n in profile_sizes(max_tokens):
+            tokens = torch.zeros(n, dtype=torch.long)
+            positions = torch.arange(PROFILE_CONTEXT, PROFILE_CONTEXT + n)
+            mask = causal_extension_mask(PROFILE_CONTEXT, n)
+            seconds = []
+            for _ in range(PROFILE_REPEATS + 1):   # the first run warms up
+                start = time.perf_counter()
+                self.target.forward(tokens, positions, mask)
+                seconds.append(time.perf_counter() - start)
+                self.target.truncate(PROFILE_CONTEXT)
+            measured[n] = statistics.median(seconds[1:])
+            self.sizer.latency.observe_profile(n, measured[n])
+        self.target.truncate(0)
+        return measured
 
     def _forward(self, tokens, positions, mask, rule: str, embeds=None):
         """(logits, the drafter's features or None, last hidden states or None)."""
@@ -134,7 +165,7 @@ class SpeculativeGenerator:
         get_rule(rule, sampling)  # fail before any work on a bad rule
         acceptance = Acceptance(rule, rule_options)
         speculator = Speculator(lambda: self.policy, (lambda: self.drafter) if self.drafter is not None else None,
-                                acceptance)
+                                acceptance, self.sizer)
         rng = TorchRandom(seed)
         start = time.perf_counter()
         self.target.truncate(0)
@@ -152,8 +183,10 @@ class SpeculativeGenerator:
         while len(result.tokens) < max_new_tokens and result.tokens[-1] not in self.eos:
             prefix = self.target.length
             tree = speculator.draft([DraftRequest(REQUEST, torch.tensor(tokens, dtype=torch.long), sampling, rng)])[0]
+            forward_start = time.perf_counter()
             logits, hidden, last = self._forward(tree.tokens, tree.positions(prefix), tree.attention_mask(prefix),
                                                  rule)
+            forward_seconds = time.perf_counter() - forward_start
             verdict = speculator.verify([tree], logits, [0], [VerifyCheck(sampling, rng, last)])[0]
             accepted = verdict.accepted
             self.target.commit(prefix, accepted.nodes)
@@ -166,7 +199,10 @@ class SpeculativeGenerator:
                     break
                 result.tokens.append(tok)
                 kept += 1
-            speculator.observe(REQUEST, accepted.num_drafted_accepted, verdict.entropy)
+            speculator.observe(REQUEST, accepted.num_drafted_accepted, verdict.entropy, verdict.emitted)
+            if self.sizer is not None:   # the verify forward, and what the step spent around it
+                self.sizer.latency.observe_step(tree.num_nodes, forward_seconds, trees=tree.num_drafted > 0)
+                self.sizer.latency.observe_overhead(time.perf_counter() - forward_start - forward_seconds)
             result.steps += 1
             result.accepted_per_step.append(kept)
             result.shapes.append(state.last_shape)

@@ -16,11 +16,11 @@ from sagespec.common.verify.acceptance import parse_server_acceptance
 
 OWNER = "--speculative-config (method 'sage')"
 DRAFTERS = (*LOOKUP_DRAFTERS, "draft_model", "eagle", *VISION_PRESETS)
-SAGE_KEYS = ("method", "drafter", "model", "num_speculative_tokens", "policy", "policy_options",
-             "drafter_options", "acceptance", "strict_multimodal")
+SAGE_KEYS = ("method", "drafter", "model", "num_speculative_tokens", "budget", "max_budget", "policy",
+             "policy_options", "drafter_options", "acceptance", "strict_multimodal")
 # vLLM keys that keep their meaning for our proposer and are handed on unchanged.
 VLLM_KEYS = ("disable_by_batch_size", "max_model_len")
-DEFAULT_BUDGET = 8
+DEFAULT_BUDGET = 8   # the most drafted tokens per request and step (vLLM's num_speculative_tokens)
 ATTRIBUTE = "sagespec_options"  # where the parsed options ride on vLLM's SpeculativeConfig
 
 
@@ -28,7 +28,8 @@ ATTRIBUTE = "sagespec_options"  # where the parsed options ride on vLLM's Specul
 class SageOptions:
     drafter: str = "ngram"
     model: str | None = None            # draft model folder, or EAGLE head folder (default: shipped)
-    budget: int = DEFAULT_BUDGET        # most drafted tokens per step = vLLM's num_speculative_tokens
+    max_budget: int = DEFAULT_BUDGET    # most drafted tokens per step = vLLM's num_speculative_tokens
+    budget: int | str = "auto"          # "auto": cost-aware sizing each step; a number: that many nodes
     policy: str = "sage"
     policy_options: dict = field(default_factory=dict)
     drafter_options: dict = field(default_factory=dict)
@@ -47,11 +48,15 @@ class SageOptions:
     def lossless(self) -> bool:
         return is_lossless(self.acceptance)
 
+    @property
+    def auto(self) -> bool:
+        return self.budget == "auto"
+
     def make_policy(self):
-        return make_policy(self.policy, budget=self.budget, **self.policy_options)
+        return make_policy(self.policy, budget=self.max_budget if self.auto else self.budget, **self.policy_options)
 
     def to_dict(self) -> dict:
-        return {"drafter": self.drafter, "model": self.model, "num_speculative_tokens": self.budget,
+        return {"drafter": self.drafter, "model": self.model, "max_budget": self.max_budget, "budget": self.budget,
                 "policy": self.policy, "policy_options": dict(self.policy_options),
                 "drafter_options": dict(self.drafter_options),
                 "acceptance": {"rule": self.acceptance, **self.acceptance_options} if self.acceptance_options
@@ -65,6 +70,23 @@ def _dict_option(config: dict, key: str) -> dict:
     return dict(value)
 
 
+def parse_budgets(config: dict) -> tuple[int, int | str]:
+    """(max_budget, budget): max_budget is vLLM's num_speculative_tokens (either name, not two values);
+    budget is "auto" (the default) or a number of nodes up to max_budget."""
+    given = {k: config[k] for k in ("num_speculative_tokens", "max_budget") if k in config}
+    if len(given) == 2 and given["num_speculative_tokens"] != given["max_budget"]:
+        raise ConfigError(f"{OWNER}: num_speculative_tokens={given['num_speculative_tokens']!r} and "
+                          f"max_budget={given['max_budget']!r} name the same limit; give one")
+    key, value = next(iter(given.items()), ("max_budget", DEFAULT_BUDGET))
+    max_budget = check_int(OWNER, key, value, 1, 64)
+    budget = config.get("budget", "auto")
+    if budget != "auto":
+        if isinstance(budget, str) or isinstance(budget, bool) or not isinstance(budget, int):
+            raise ConfigError(f"{OWNER}: budget={budget!r} must be \"auto\" or a number of nodes 1..{max_budget}")
+        budget = check_int(OWNER, "budget", budget, 1, max_budget)
+    return max_budget, budget
+
+
 def parse_sage_config(config: dict) -> tuple[SageOptions, dict]:
     """(our options, the keys vLLM keeps). Raises ConfigError naming the bad key."""
     reject_unknown(OWNER, config, SAGE_KEYS + VLLM_KEYS)
@@ -76,18 +98,17 @@ def parse_sage_config(config: dict) -> tuple[SageOptions, dict]:
         raise ConfigError(f"{OWNER}: drafter 'draft_model' needs model: the draft model's folder")
     if drafter in LOOKUP_DRAFTERS and model:
         raise ConfigError(f"{OWNER}: drafter {drafter!r} takes no model (got {model!r})")
-    budget = check_int(OWNER, "num_speculative_tokens", config.get("num_speculative_tokens", DEFAULT_BUDGET),
-                       1, 64)
+    max_budget, budget = parse_budgets(config)
     policy = check_choice(OWNER, "policy", config.get("policy", "sage"), tuple(POLICIES))
     policy_options = _dict_option(config, "policy_options")
     if "budget" in policy_options:
         raise ConfigError(f"{OWNER}: policy_options.budget is not allowed; the node budget is "
-                          f"num_speculative_tokens")
+                          f"budget (\"auto\" or a number) within max_budget")
     acceptance, acceptance_options = parse_server_acceptance(config.get("acceptance", "auto"), OWNER)
     strict = config.get("strict_multimodal", False)
     if not isinstance(strict, bool):
         raise ConfigError(f"{OWNER}: strict_multimodal={strict!r} must be true or false")
-    options = SageOptions(drafter=drafter, model=model, budget=budget, policy=policy,
+    options = SageOptions(drafter=drafter, model=model, max_budget=max_budget, budget=budget, policy=policy,
                           policy_options=policy_options, drafter_options=_dict_option(config, "drafter_options"),
                           acceptance=acceptance, acceptance_options=acceptance_options, strict_multimodal=strict)
     options.make_policy()  # fail now on a bad policy option, naming it

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import statistics
+import time
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from sagespec.common.drafters.vision_modules import embedding_saliency
 from sagespec.common.params import ConfigError
 from sagespec.common.policies import TreeShape
 from sagespec.common.random_source import TorchRandom
+from sagespec.common.sizing import Sizer, profile_sizes
 from sagespec.common.speculator import GREEDY, DraftRequest, Speculator
 from sagespec.common.step_times import StepTimes
 from sagespec.common.tree import DraftTree
@@ -38,6 +41,8 @@ from .tree_step import refuse_unsupported_attention
 
 logger = logging.getLogger("vllm.sagespec")  # under vLLM's logger: its handlers and level
 LOG_EVERY = 1000  # proposals between two tree-shape log lines
+PROFILE_REPEATS = 3
+PROFILE_MAX_TOKENS = 512
 
 
 @dataclass
@@ -54,8 +59,9 @@ class ShapeStats:
         wide = sum(n for (_, width), n in self.shapes.items() if width > 1)
         return wide / self.proposals if self.proposals else 0.0
 
-    def record(self, shape: TreeShape, drafted: int, with_images: bool = False) -> None:
-        self.shapes[(shape.depth, shape.width)] += 1
+    def record(self, shape: TreeShape | None, drafted: int, with_images: bool = False) -> None:
+        """`shape` None: sizing had the request draft nothing this step (counted as 0 x 0)."""
+        self.shapes[(shape.depth, shape.width) if shape is not None else (0, 0)] += 1
         self.with_images += with_images
         self.drafted += drafted
         self.proposals += 1
@@ -76,6 +82,8 @@ class SageProposer:
                               "registered in this process, or the config lost its options)")
         self.options = options
         self.max_model_len = vllm_config.model_config.max_model_len
+        self.max_step_tokens = min(PROFILE_MAX_TOKENS, vllm_config.scheduler_config.max_num_batched_tokens,
+                                   vllm_config.scheduler_config.max_num_seqs * (options.max_budget + 1))
         self.forward_context = vllm_config.compilation_config.static_forward_context   # layer name -> layer
         self.trees: dict[str, DraftTree] = {}   # req_id -> the tree (chains too) sagespec verifies next
         self.step_view: StepView | None = None
@@ -100,9 +108,13 @@ class SageProposer:
                            "write yet: drafting chains (positions left to vLLM)")
         hf = vllm_config.model_config.hf_text_config
         self._check_multimodal(options, vllm_config.model_config.is_multimodal_model)
+        # Cost-aware sizing (budget "auto"): its latency model learns from this engine's own steps.
+        self.sizer = Sizer(options.max_budget) if options.auto else None
         self.speculator = Speculator(options.make_policy, self._make_drafter,
                                      Acceptance(options.acceptance, options.acceptance_options, hf.vocab_size,
-                                                hf.hidden_size))
+                                                hf.hidden_size), self.sizer)
+        self.step_clock: tuple[float, int, bool] | None = None   # (forward start, tokens, drafts verified)
+        self.last_propose_end: float | None = None
         self.entropies: torch.Tensor | None = None   # per logits row of the last step (the sample hook)
         self.accepted: dict[int, tuple[int, ...]] = {}   # req index -> nodes accepted from its tree
         self.warned_images: set[str] = set()
@@ -181,11 +193,58 @@ class SageProposer:
         target_model.compute_logits = compute_logits
 
     # ---- the proposer contract -------------------------------------------------------------
+    def profile_latency(self, runner) -> None:
+        """The startup profile (budget "auto"): median seconds of the runner's own dummy forward over
+        1, 2, 4, .. tokens, up to what one step may run; logged. A failure leaves sizing to learn
+        from the engine's steps alone."""
+        if self.sizer is None:
+            return
+        start = time.perf_counter()
+        measured = {}
+        try:
+            for n in profile_sizes(self.max_step_tokens):
+                seconds = []
+                for _ in range(PROFILE_REPEATS + 1):   # the first run warms up
+                    t0 = time.perf_counter()
+                    runner._dummy_run(n, force_attention=True)
+                    seconds.append(time.perf_counter() - t0)
+                measured[n] = statistics.median(seconds[1:])
+                self.sizer.latency.observe_profile(n, measured[n])
+        except Exception as e:   # noqa: BLE001 - the engine must start; sizing measures online instead
+            logger.warning("sagespec: latency profile failed (%s: %s); sizing learns from the engine's steps",
+                           type(e).__name__, e)
+            return
+        logger.info("sagespec: latency profile in %.1f s, ms per forward by tokens: %s", time.perf_counter() - start,
+                    ", ".join(f"{n}: {t * 1e3:.1f}" for n, t in measured.items()))
+
+    def step_started(self, scheduler_output) -> None:
+        """The runner began a step (inputs being prepared): the latency model's clock starts."""
+        now = time.perf_counter()
+        if self.sizer is None:
+            return
+        if self.last_propose_end is not None:
+            gap = now - self.last_propose_end
+            latency = self.sizer.latency
+            if not latency.overhead or gap < 4 * (latency.overhead + latency.forward(1)):   # idle waits excluded
+                latency.observe_overhead(gap)
+        self.step_clock = (now, int(scheduler_output.total_num_scheduled_tokens),
+                           bool(scheduler_output.scheduled_spec_decode_tokens))
+
+    def _log_sizing(self) -> None:
+        if self.sizer is not None and self.stats.proposals % LOG_EVERY == 0:
+            logger.info("sagespec: cost-aware sizing %s", self.sizer.summary())
+
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None,
                 **_unused) -> list[list[int]]:
         self.times.steps += 1
+        if self.step_clock is not None:
+            start, tokens, drafts = self.step_clock
+            self.sizer.latency.observe_step(tokens, time.perf_counter() - start, trees=drafts)
+            self.step_clock = None
         with self.times("drafting"):
-            return self._propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+            drafts = self._propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+        self.last_propose_end = time.perf_counter()
+        return drafts
 
     def _propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu) -> list[list[int]]:
         view, self.step_view = self.step_view, None
@@ -213,7 +272,7 @@ class SageProposer:
                 continue
             n_tokens = int(num_tokens_no_spec[i])
             speculator.observe(req.req_id, len(sampled_token_ids[i]) - 1,
-                               req.entropy if req.entropy is not None else 0.0)
+                               req.entropy if req.entropy is not None else 0.0, sampled_token_ids[i])
             room = self.max_model_len - n_tokens - 1
             if room < 1:
                 continue
@@ -221,7 +280,8 @@ class SageProposer:
             tokens = torch.from_numpy(token_ids_cpu[i, :n_tokens].astype("int64"))
             asked.append((i, req, DraftRequest(req.req_id, tokens, GREEDY, self.rng, room=room,
                                                chain_only=req.mode == "vllm_chain" or not self.trees_allowed)))
-        trees = speculator.draft([request for _, _, request in asked])
+        decoding = sum(1 for i in range(len(view.requests)) if sampled_token_ids[i])
+        trees = speculator.draft([request for _, _, request in asked], decoding=decoding, base_tokens=decoding)
         lossless = speculator.acceptance.lossless
         for (i, req, _), tree in zip(asked, trees):
             state = speculator.requests[req.req_id]
@@ -232,6 +292,7 @@ class SageProposer:
             self.stats.record(state.last_shape, len(drafts[i]), with_images=state.images is not None)
             if state.steps == 1 and state.images is not None:   # its first proposal
                 self.stats.rows_dropped.append(state.drafter.dropped)
+            self._log_sizing()
         return drafts
 
     def _warn_missing_images(self, req: RequestStep, state) -> None:

@@ -30,6 +30,7 @@ SUPPORTED_VLLM = ("0.31.0", "0.32.0")   # releases the integration tests run aga
 PROPOSER = "sagespec.plugins.vllm.proposer.SageProposer"
 RUNNER = "vllm.v1.worker.gpu_model_runner:GPUModelRunner"
 CPU_ATTENTION = "vllm.v1.attention.backends.cpu_attn:CPUAttentionBackendImpl"
+CPU_WORKER = "vllm.v1.worker.cpu_worker:CPUWorker"
 ARGS = "vllm.engine.arg_utils:EngineArgs"
 
 HOOKS = (
@@ -48,6 +49,8 @@ HOOKS = (
     Hook("vllm._custom_ops:cpu_attn_reshape_and_cache",
          params=("key", "value", "key_cache", "value_cache", "slot_mapping", "isa")),
     Hook("vllm.v1.worker.cpu_model_runner:CPUModelRunner.load_model"),
+    Hook(f"{CPU_WORKER}.compile_or_warm_up_model"),
+    Hook(f"{RUNNER}._dummy_run", params=("num_tokens",)),   # force_attention: a profile failure is logged
     Hook("vllm.v1.spec_decode.metadata:SpecDecodeMetadata", kind="class"),
     Hook("vllm.v1.attention.backend:CommonAttentionMetadata", kind="class"),
     *output_marks.HOOKS,
@@ -63,7 +66,7 @@ def _rewrite_config(original):
             return original(self, target_model_config, target_parallel_config)
         options, kept = parse_sage_config({k.replace("-", "_"): v for k, v in config.items()})
         self.speculative_config = {"method": "custom_class", "model": PROPOSER,
-                                   "num_speculative_tokens": options.budget, **kept}
+                                   "num_speculative_tokens": options.max_budget, **kept}
         try:
             spec = original(self, target_model_config, target_parallel_config)
         finally:
@@ -80,6 +83,8 @@ def _ours(runner):
 
 def _prepare(original):
     def prepare_inputs(self, scheduler_output, num_scheduled_tokens):
+        if _ours(self):
+            self.drafter.step_started(scheduler_output)
         out = original(self, scheduler_output, num_scheduled_tokens)
         # Slots are computed from linear positions by now; only RoPE positions change. Any other
         # runner in the process clears the step, so a stale plan never reaches its attention.
@@ -169,6 +174,16 @@ def _propose(original):
     return propose_draft_token_ids
 
 
+def _warm_up(original):
+    def compile_or_warm_up_model(self):
+        out = original(self)
+        runner = getattr(self, "model_runner", None)
+        if runner is not None and _ours(runner):   # compiled and KV allocated: the latency profile
+            runner.drafter.profile_latency(runner)
+        return out
+    return compile_or_warm_up_model
+
+
 def _aux_layers(original):
     def setup(self):
         if _ours(self) and self.drafter.hidden_layer_ids:
@@ -187,6 +202,7 @@ def patches() -> Patches:
     p.add(RUNNER, "_sample", _sample)
     p.add(RUNNER, "propose_draft_token_ids", _propose)
     p.add(RUNNER, "_setup_eagle3_aux_hidden_state_outputs", _aux_layers)
+    p.add(CPU_WORKER, "compile_or_warm_up_model", _warm_up)
     output_marks.add_patches(p)
     return p
 
