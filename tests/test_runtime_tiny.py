@@ -70,17 +70,6 @@ def test_greedy_identity_with_cost_aware_sizing(target, oracle, drafter):
     assert sizer.latency.samples > len(measured)   # refined by the run's own steps
 
 
-def test_self_draft_under_sizing_grows_to_the_most_nodes(target, oracle):
-    """The target drafting for itself is always right: as calibration learns that its (flat, random
-    model's) scores still mean acceptance, its trees grow to the most nodes and stay there."""
-    sizer = Sizer(12, steep_latency(0.02))
-    drafter = DraftModelDrafter(HFTreeLM(copy.deepcopy(target)))
-    res = generator(target, drafter, make_policy("chain", depth=12), sizer=sizer).generate(PROMPT, 80)
-    assert res.tokens[:48] == oracle
-    assert res.nodes_per_step[-2:] == [12, 12] and res.nodes_per_step[0] < 12
-    assert all(n == d + 1 for n, d in zip(res.accepted_per_step[1:-1], res.nodes_per_step))
-
-
 def steep_latency(per_token: float = 0.1) -> LatencyModel:
     """A machine where each verified token costs `per_token` of a one-token step."""
     model = LatencyModel()
