@@ -8,8 +8,8 @@ other node is a drafted token. Invariants, checked once at construction:
 with the request's sampling parameters); rows of nodes without children are not read.
 `sampled_children` says the children of each node were drawn i.i.d. from that row; otherwise the
 drafter chose them deterministically (top-k, lookup), and verification treats q as one-hot.
-`confidence[i]`, when given, is the drafter's own chance for node i given its parent (a lookup
-drafter's continuation share; node 0: 1); sizing reads it (`conditional_scores`), verification never.
+`confidence[i]`, when given, is the drafter's own chance for node i given its parent (meant for a
+lookup drafter's continuation share; no drafter sets it yet; node 0: 1); sizing reads it (`conditional_scores`), verification never.
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 calibrated online against what verification accepted (one per engine and drafter).
 
 A node's score is the drafter's chance for its token given its parent (`conditional_scores`): the
-draft distribution's probability for heads and draft models, the continuation share for the suffix
-drafter, 1 / (sibling rank + 1) for drafters that give none (n-gram lookup). Scores fall into bins;
+draft distribution's probability for heads and draft models, the tree's `confidence` where a
+drafter sets one (none does yet), else 1 / (sibling rank + 1) (the lookup drafters). Scores fall into bins;
 each bin counts, over nodes whose parent was accepted, how many were accepted themselves (decayed,
 so the estimate follows the text). A bin's rate blends its counts with a prior at the bin's score
 (PRIOR_WEIGHT pseudo-observations). A node's value, its chance of being accepted, is the product
