@@ -8,6 +8,7 @@ gives tau against training tokens. Writes JSON and a plot. Run it in the package
 
     .venv/bin/python benchmarks/adaspec_ablation.py --stages 50000,100000,200000 --num-prompts 16
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,14 +22,31 @@ HERE = Path(__file__).resolve().parent
 
 
 def sagespec(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "sagespec.plugins.transformers.cli", *args], check=True)
+    subprocess.run([sys.executable, "-m", "sagespec.plugins.transformers.cli.main", *args], check=True)
 
 
 def acceptance(head: Path, args, out: Path) -> dict:
-    subprocess.run([sys.executable, str(HERE / "drafter_acceptance.py"), "--drafter", "eagle", "--eagle-head",
-                    str(head), "--policy", "chain", "--budget", str(args.depth), "--num-prompts",
-                    str(args.num_prompts), "--max-new-tokens", str(args.max_new_tokens), "--out", str(out)],
-                   check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "drafter_acceptance.py"),
+            "--drafter",
+            "eagle",
+            "--eagle-head",
+            str(head),
+            "--policy",
+            "chain",
+            "--budget",
+            str(args.depth),
+            "--num-prompts",
+            str(args.num_prompts),
+            "--max-new-tokens",
+            str(args.max_new_tokens),
+            "--out",
+            str(out),
+        ],
+        check=True,
+    )
     return json.loads(out.read_text())
 
 
@@ -50,15 +68,35 @@ def main() -> None:
     if not stages or stages[0] < 1 or not 0 < args.adaspec_top <= 1:
         ap.error("--stages must be positive and --adaspec-top in (0, 1]")
     from sagespec.common.shipped import shipped_head
+
     reference = Path(args.reference) if args.reference else shipped_head("smollm2")
     manifest = reference / "MANIFEST.json"
     reference_tokens = json.loads(manifest.read_text())["tokens_seen"] if manifest.is_file() else None
     os.environ.setdefault("OMP_NUM_THREADS", "2")
     work = Path(args.work)
     # The shipped head's data recipe (features come from the same cache).
-    recipe = ["--model", "smollm2", "--conversations", "1200", "--seq-len", "256", "--draft-vocab", "6144",
-              "--ttt-steps", "4", "--lr", "1e-3", "--batch-size", "4", "--seed", "0", "--threads", "2",
-              "--checkpoint-minutes", "1000"]
+    recipe = [
+        "--model",
+        "smollm2",
+        "--conversations",
+        "1200",
+        "--seq-len",
+        "256",
+        "--draft-vocab",
+        "6144",
+        "--ttt-steps",
+        "4",
+        "--lr",
+        "1e-3",
+        "--batch-size",
+        "4",
+        "--seed",
+        "0",
+        "--threads",
+        "2",
+        "--checkpoint-minutes",
+        "1000",
+    ]
     variants = {"kd": [], "adaspec": ["--adaspec-reference", str(reference), "--adaspec-top", str(args.adaspec_top)]}
     curve = {name: [] for name in variants}
     for stage in stages:
@@ -67,15 +105,32 @@ def main() -> None:
             sagespec("train-drafter", "--out", str(work / name), "--max-tokens", str(stage), *recipe, *extra)
             log = json.loads((work / name / "training_log.json").read_text())
             r = acceptance(work / name, args, work / f"{name}-{stage}.json")
-            curve[name].append({"tokens": log["tokens_seen"], "minutes": round(log["seconds"] / 60, 2),
-                                "tau": r["tau"], "median_prompt_tau": r["median_prompt_tau"]})
+            curve[name].append(
+                {
+                    "tokens": log["tokens_seen"],
+                    "minutes": round(log["seconds"] / 60, 2),
+                    "tau": r["tau"],
+                    "median_prompt_tau": r["median_prompt_tau"],
+                }
+            )
             print(f"   {name} at {log['tokens_seen']} tokens: tau {r['tau']:.3f}", flush=True)
     ref = acceptance(reference, args, work / "reference.json")
-    result = {"meta": {"dataset": "mt-bench", "num_prompts": args.num_prompts, "max_new_tokens": args.max_new_tokens,
-                       "chain_depth": args.depth, "dtype": "float32", "greedy": True, "adaspec_top": args.adaspec_top,
-                       "reference": str(reference.name), "reference_tokens": reference_tokens,
-                       "recipe": " ".join(recipe)},
-              "curve": curve, "reference": {"tokens": reference_tokens, "tau": ref["tau"]}}
+    result = {
+        "meta": {
+            "dataset": "mt-bench",
+            "num_prompts": args.num_prompts,
+            "max_new_tokens": args.max_new_tokens,
+            "chain_depth": args.depth,
+            "dtype": "float32",
+            "greedy": True,
+            "adaspec_top": args.adaspec_top,
+            "reference": str(reference.name),
+            "reference_tokens": reference_tokens,
+            "recipe": " ".join(recipe),
+        },
+        "curve": curve,
+        "reference": {"tokens": reference_tokens, "tau": ref["tau"]},
+    }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
@@ -94,8 +149,10 @@ def table(result: dict) -> str:
 
 def plot(result: dict, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for name, label in (("kd", "plain KD"), ("adaspec", f"AdaSPEC (top {result['meta']['adaspec_top']:.0%})")):
         pts = result["curve"][name]

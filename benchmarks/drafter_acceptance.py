@@ -4,6 +4,7 @@ greedy, without the plain-decoding baseline (acceptance only; for speed use `sag
     .venv/bin/python benchmarks/drafter_acceptance.py --drafter eagle [--eagle-head DIR] \\
         --policy chain --budget 5 --dataset mt-bench --num-prompts 80 --max-new-tokens 128 --out FILE.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,9 +42,18 @@ def main() -> None:
         taus.append(r.mean_accepted_length)
         emitted += sum(r.accepted_per_step[1:])
         verifies += len(r.accepted_per_step) - 1
-    result = {"drafter": args.drafter, "eagle_head": args.eagle_head, "policy": args.policy, "budget": args.budget,
-              "dataset": args.dataset, "num_prompts": len(taus), "max_new_tokens": args.max_new_tokens,
-              "dtype": args.dtype, "tau": emitted / verifies, "median_prompt_tau": statistics.median(taus)}
+    result = {
+        "drafter": args.drafter,
+        "eagle_head": args.eagle_head,
+        "policy": args.policy,
+        "budget": args.budget,
+        "dataset": args.dataset,
+        "num_prompts": len(taus),
+        "max_new_tokens": args.max_new_tokens,
+        "dtype": args.dtype,
+        "tau": emitted / verifies,
+        "median_prompt_tau": statistics.median(taus),
+    }
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps(result))

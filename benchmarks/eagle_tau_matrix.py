@@ -7,6 +7,7 @@ of tau against budget. Run it in the package's environment:
 
     .venv/bin/python benchmarks/eagle_tau_matrix.py --num-prompts 8 --max-new-tokens 64
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,10 +42,29 @@ def main() -> None:
         for dataset in args.datasets.split(","):
             for t in temps:
                 part = Path(tmp) / f"{dataset}-{t}.json"
-                cmd = [sys.executable, "-m", "sagespec.plugins.transformers.cli", "bench", "--dataset", dataset,
-                       "--num-prompts", str(args.num_prompts), "--max-new-tokens", str(args.max_new_tokens),
-                       "--temperature", str(t), "--dtype", args.dtype, "--threads", "2",
-                       "--out", str(part), "--plot", str(part.with_suffix(".png")), *configs]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "sagespec.plugins.transformers.cli.main",
+                    "bench",
+                    "--dataset",
+                    dataset,
+                    "--num-prompts",
+                    str(args.num_prompts),
+                    "--max-new-tokens",
+                    str(args.max_new_tokens),
+                    "--temperature",
+                    str(t),
+                    "--dtype",
+                    args.dtype,
+                    "--threads",
+                    "2",
+                    "--out",
+                    str(part),
+                    "--plot",
+                    str(part.with_suffix(".png")),
+                    *configs,
+                ]
                 if args.eagle_head:
                     cmd += ["--eagle-head", args.eagle_head]
                 print(f"== {dataset}, temperature {t}", flush=True)
@@ -54,14 +74,30 @@ def main() -> None:
                     if label == "plain":
                         continue
                     _, policy, budget = label.split(":")
-                    cells.append({"dataset": dataset, "temperature": t, "policy": policy, "budget": int(budget),
-                                  "tau": s["tau"], "speedup_vs_plain": s["median_speedup"],
-                                  "tok_per_s": s["tok_per_s"], "plain_tok_per_s": summary["plain"]["tok_per_s"],
-                                  "identical_to_plain": s["identical_to_plain"] if t == 0 else None})
-    meta = {"model": "SmolLM2-135M-Instruct", "drafter": args.eagle_head or "shipped EAGLE head",
-            "num_prompts": args.num_prompts, "max_new_tokens": args.max_new_tokens, "dtype": args.dtype,
-            "budgets": budgets, "temperatures": temps, "datasets": args.datasets.split(","),
-            "speedup": "median over prompts of plain seconds / config seconds, same process"}
+                    cells.append(
+                        {
+                            "dataset": dataset,
+                            "temperature": t,
+                            "policy": policy,
+                            "budget": int(budget),
+                            "tau": s["tau"],
+                            "speedup_vs_plain": s["median_speedup"],
+                            "tok_per_s": s["tok_per_s"],
+                            "plain_tok_per_s": summary["plain"]["tok_per_s"],
+                            "identical_to_plain": s["identical_to_plain"] if t == 0 else None,
+                        }
+                    )
+    meta = {
+        "model": "SmolLM2-135M-Instruct",
+        "drafter": args.eagle_head or "shipped EAGLE head",
+        "num_prompts": args.num_prompts,
+        "max_new_tokens": args.max_new_tokens,
+        "dtype": args.dtype,
+        "budgets": budgets,
+        "temperatures": temps,
+        "datasets": args.datasets.split(","),
+        "speedup": "median over prompts of plain seconds / config seconds, same process",
+    }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"meta": meta, "cells": cells}, indent=1) + "\n")
@@ -83,14 +119,19 @@ def table(cells: list[dict], budgets: list[int]) -> str:
 
 def plot(cells: list[dict], meta: dict, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     panels = list(dict.fromkeys((c["dataset"], c["temperature"]) for c in cells))
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.6), sharey=True, squeeze=False)
     for ax, (d, t) in zip(axes[0], panels):
         for policy in POLICIES:
-            pts = sorted((c["budget"], c["tau"]) for c in cells
-                         if (c["dataset"], c["temperature"], c["policy"]) == (d, t, policy))
+            pts = sorted(
+                (c["budget"], c["tau"])
+                for c in cells
+                if (c["dataset"], c["temperature"], c["policy"]) == (d, t, policy)
+            )
             ax.plot([b for b, _ in pts], [v for _, v in pts], marker="o", label=policy)
         ax.set_xscale("log", base=2)
         ax.set_xticks(meta["budgets"], [str(b) for b in meta["budgets"]])
@@ -99,8 +140,11 @@ def plot(cells: list[dict], meta: dict, path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("tau (tokens per verify)")
     axes[0][0].legend()
-    fig.suptitle(f"{meta['model']}, {meta['drafter']}, {meta['num_prompts']} prompts x {meta['max_new_tokens']}, "
-                 f"{meta['dtype']}", fontsize=10)
+    fig.suptitle(
+        f"{meta['model']}, {meta['drafter']}, {meta['num_prompts']} prompts x {meta['max_new_tokens']}, "
+        f"{meta['dtype']}",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -6,6 +6,7 @@ Pareto plot (accuracy against tokens per verify). Run it in the package's enviro
 
     .venv/bin/python benchmarks/lossy_pareto.py --judge judge.json --num-prompts 100
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,15 +20,15 @@ from tqdm import tqdm
 from sagespec.common.judge_tasks import TASKS
 from sagespec.common.sampling import SamplingParams
 from sagespec.common.verify import load_judge
-from sagespec.plugins.transformers.factory import (load_target, make_drafter, make_generator,
-                                                   make_policy_from_args)
+from sagespec.plugins.transformers.factory import load_target, make_drafter, make_generator, make_policy_from_args
 
 TYPICAL_EPS = (0.3, 0.1, 0.03, 0.01)
 KL_THRESHOLDS = (0.5, 1.0, 2.0, 4.0)
 
 
-def configs(judge_path: str | None, typical_eps=TYPICAL_EPS, kl_thresholds=KL_THRESHOLDS,
-            judge_points: list[str] | None = None) -> list[tuple[str, dict]]:
+def configs(
+    judge_path: str | None, typical_eps=TYPICAL_EPS, kl_thresholds=KL_THRESHOLDS, judge_points: list[str] | None = None
+) -> list[tuple[str, dict]]:
     out = [("auto", {})]
     out += [("typical", {"eps": e, "delta": 1.0}) for e in typical_eps]
     out += [("kl-judge", {"threshold": t}) for t in kl_thresholds]
@@ -87,23 +88,42 @@ def main() -> None:
             emitted, verifies = emitted + sum(steps), verifies + len(steps)
             if steps:
                 taus.append(sum(steps) / len(steps))
-        rows.append({"rule": rule, "options": {k: v for k, v in options.items() if k != "path"},
-                     "label": label(rule, options), "accuracy": hits / len(items),
-                     "tokens_per_verify": emitted / max(1, verifies),
-                     "median_prompt_tau": statistics.median(taus) if taus else None})
+        rows.append(
+            {
+                "rule": rule,
+                "options": {k: v for k, v in options.items() if k != "path"},
+                "label": label(rule, options),
+                "accuracy": hits / len(items),
+                "tokens_per_verify": emitted / max(1, verifies),
+                "median_prompt_tau": statistics.median(taus) if taus else None,
+            }
+        )
     base = rows[0]
     for r in rows:
         r["accuracy_drop_points"] = 100 * (base["accuracy"] - r["accuracy"])
         r["tau_vs_lossless"] = r["tokens_per_verify"] / base["tokens_per_verify"]
-    result = {"task": args.task, "split": "test", "num_prompts": len(items), "max_new_tokens": args.max_new_tokens,
-              "model": args.model, "dtype": args.dtype, "policy": args.policy, "budget": args.budget,
-              "eagle_head": args.eagle_head or "shipped", "judge": args.judge, "rows": rows}
+    result = {
+        "task": args.task,
+        "split": "test",
+        "num_prompts": len(items),
+        "max_new_tokens": args.max_new_tokens,
+        "model": args.model,
+        "dtype": args.dtype,
+        "policy": args.policy,
+        "budget": args.budget,
+        "eagle_head": args.eagle_head or "shipped",
+        "judge": args.judge,
+        "rows": rows,
+    }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     table = ["| acceptance | accuracy | drop (points) | tokens/verify | vs lossless |", "|---|---|---|---|---|"]
-    table += [f"| {r['label']} | {r['accuracy']:.3f} | {r['accuracy_drop_points']:+.1f} | "
-              f"{r['tokens_per_verify']:.2f} | {r['tau_vs_lossless']:.2f}x |" for r in rows]
+    table += [
+        f"| {r['label']} | {r['accuracy']:.3f} | {r['accuracy_drop_points']:+.1f} | "
+        f"{r['tokens_per_verify']:.2f} | {r['tau_vs_lossless']:.2f}x |"
+        for r in rows
+    ]
     out.with_suffix(".md").write_text("\n".join(table) + "\n")
     plot(result, out.with_suffix(".png"))
     print("\n".join(table))
@@ -111,21 +131,30 @@ def main() -> None:
 
 def plot(result: dict, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for rule, marker in (("auto", "*"), ("typical", "o"), ("kl-judge", "s"), ("judge", "^")):
         pts = [r for r in result["rows"] if r["rule"] == rule]
         if pts:
-            ax.plot([r["tokens_per_verify"] for r in pts], [100 * r["accuracy"] for r in pts], marker=marker,
-                    linestyle="-" if len(pts) > 1 else "", label="lossless" if rule == "auto" else rule)
+            ax.plot(
+                [r["tokens_per_verify"] for r in pts],
+                [100 * r["accuracy"] for r in pts],
+                marker=marker,
+                linestyle="-" if len(pts) > 1 else "",
+                label="lossless" if rule == "auto" else rule,
+            )
     base = result["rows"][0]
     ax.axhline(100 * base["accuracy"] - 1, color="grey", linestyle=":", label="1 point below lossless")
     ax.axvline(1.5 * base["tokens_per_verify"], color="grey", linestyle="--", label="1.5x lossless tokens/verify")
     ax.set_xlabel("tokens per verify (bonus included)")
     ax.set_ylabel(f"{result['task']} test accuracy (%)")
-    ax.set_title(f"lossy acceptance: {result['model']}, eagle {result['policy']} {result['budget']}, "
-                 f"{result['num_prompts']} prompts")
+    ax.set_title(
+        f"lossy acceptance: {result['model']}, eagle {result['policy']} {result['budget']}, "
+        f"{result['num_prompts']} prompts"
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

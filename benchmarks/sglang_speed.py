@@ -10,6 +10,7 @@ since PyPI's sgl_kernel is CUDA-only. SGLang's own NGRAM and EAGLE workers canno
 
     .venv-sglang/bin/python benchmarks/sglang_speed.py --num-prompts 8 --max-tokens 64
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,12 +26,21 @@ LANE = ROOT / "integration_tests" / "sglang"
 CONFIGS = {
     "plain": {},
     "sage ngram, SAGE trees, 9 tokens": {"speculative_algorithm": "sage", "speculative_num_draft_tokens": 9},
-    "sage ngram, chain 4": {"speculative_algorithm": "sage", "speculative_num_draft_tokens": 5,
-                            "speculative_adaptive_config": json.dumps({"policy": "chain"})},
-    "sage eagle, SAGE trees, 9 tokens": {"speculative_algorithm": "sage", "speculative_num_draft_tokens": 9,
-                                         "speculative_adaptive_config": json.dumps({"drafter": "eagle"})},
-    "sage eagle, chain 4": {"speculative_algorithm": "sage", "speculative_num_draft_tokens": 5,
-                            "speculative_adaptive_config": json.dumps({"drafter": "eagle", "policy": "chain"})},
+    "sage ngram, chain 4": {
+        "speculative_algorithm": "sage",
+        "speculative_num_draft_tokens": 5,
+        "speculative_adaptive_config": json.dumps({"policy": "chain"}),
+    },
+    "sage eagle, SAGE trees, 9 tokens": {
+        "speculative_algorithm": "sage",
+        "speculative_num_draft_tokens": 9,
+        "speculative_adaptive_config": json.dumps({"drafter": "eagle"}),
+    },
+    "sage eagle, chain 4": {
+        "speculative_algorithm": "sage",
+        "speculative_num_draft_tokens": 5,
+        "speculative_adaptive_config": json.dumps({"drafter": "eagle", "policy": "chain"}),
+    },
 }
 
 
@@ -40,15 +50,26 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--out", default="benchmarks/results/sglang_speed.json")
     args = ap.parse_args()
-    from sagespec.plugins.transformers.chat_prompts import chat_prompt_ids
+    from sagespec.plugins.transformers.data.chat_prompts import chat_prompt_ids
     from sagespec.plugins.transformers.model_loading import smollm2_folder
+
     folder = str(smollm2_folder())
-    spec = {"model": folder, "prompts": chat_prompt_ids(folder, args.num_prompts), "max_new_tokens": args.max_tokens,
-            "configs": CONFIGS, "one_at_a_time": True}
-    env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
-           "PYTHONPATH": str(LANE / "stand_in_site")}
-    done = subprocess.run([sys.executable, str(LANE / "engine_runs.py"), json.dumps(spec)], capture_output=True,
-                          text=True, env=env)
+    spec = {
+        "model": folder,
+        "prompts": chat_prompt_ids(folder, args.num_prompts),
+        "max_new_tokens": args.max_tokens,
+        "configs": CONFIGS,
+        "one_at_a_time": True,
+    }
+    env = {
+        **os.environ,
+        "SGLANG_USE_CPU_ENGINE": "1",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
+        "PYTHONPATH": str(LANE / "stand_in_site"),
+    }
+    done = subprocess.run(
+        [sys.executable, str(LANE / "engine_runs.py"), json.dumps(spec)], capture_output=True, text=True, env=env
+    )
     if done.returncode != 0:
         raise SystemExit(done.stderr[-3000:])
     runs = json.loads(done.stdout.strip().splitlines()[-1])
@@ -58,18 +79,33 @@ def main() -> None:
         tps = [len(t) / s for t, s in zip(run["tokens"], run["seconds"])]
         plain_tps = [len(t) / s for t, s in zip(plain["tokens"], plain["seconds"])]
         taus = [m["completion_tokens"] / m["spec_verify_ct"] for m in run["meta"] if m["spec_verify_ct"]]
-        rows.append({"config": name, "tokens_per_s": statistics.median(tps),
-                     "vs_plain": statistics.median(a / b for a, b in zip(tps, plain_tps)),
-                     "tau": statistics.median(taus) if taus else 1.0,
-                     "identical_to_plain": run["tokens"] == plain["tokens"]})
-    result = {"model": "SmolLM2-135M-Instruct", "dtype": "float32", "engine": "SGLang CPU engine, torch_native",
-              "num_prompts": args.num_prompts, "max_tokens": args.max_tokens, "batch": 1, "rows": rows}
+        rows.append(
+            {
+                "config": name,
+                "tokens_per_s": statistics.median(tps),
+                "vs_plain": statistics.median(a / b for a, b in zip(tps, plain_tps)),
+                "tau": statistics.median(taus) if taus else 1.0,
+                "identical_to_plain": run["tokens"] == plain["tokens"],
+            }
+        )
+    result = {
+        "model": "SmolLM2-135M-Instruct",
+        "dtype": "float32",
+        "engine": "SGLang CPU engine, torch_native",
+        "num_prompts": args.num_prompts,
+        "max_tokens": args.max_tokens,
+        "batch": 1,
+        "rows": rows,
+    }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     table = ["| config | tok/s | tau | vs plain | identical |", "|---|---|---|---|---|"]
-    table += [f"| {r['config']} | {r['tokens_per_s']:.1f} | {r['tau']:.2f} | {r['vs_plain']:.2f}x | "
-              f"{'yes' if r['identical_to_plain'] else 'NO'} |" for r in rows]
+    table += [
+        f"| {r['config']} | {r['tokens_per_s']:.1f} | {r['tau']:.2f} | {r['vs_plain']:.2f}x | "
+        f"{'yes' if r['identical_to_plain'] else 'NO'} |"
+        for r in rows
+    ]
     out.with_suffix(".md").write_text("\n".join(table) + "\n")
     plot(result, out.with_suffix(".png"))
     print("\n".join(table))
@@ -77,8 +113,10 @@ def main() -> None:
 
 def plot(result: dict, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     rows = result["rows"]
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.barh([r["config"] for r in rows], [r["vs_plain"] for r in rows], color="tab:blue")
@@ -86,8 +124,11 @@ def plot(result: dict, path: Path) -> None:
         ax.text(r["vs_plain"], i, f" {r['vs_plain']:.2f}x, tau {r['tau']:.2f}", va="center", fontsize=8)
     ax.axvline(1.0, color="grey", linestyle=":")
     ax.set_xlabel("tokens/s vs plain SGLang (median of per-prompt ratios)")
-    ax.set_title(f"SGLang CPU engine, {result['model']} fp32, batch 1, {result['num_prompts']} MT-Bench x "
-                 f"{result['max_tokens']}", fontsize=9)
+    ax.set_title(
+        f"SGLang CPU engine, {result['model']} fp32, batch 1, {result['num_prompts']} MT-Bench x "
+        f"{result['max_tokens']}",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

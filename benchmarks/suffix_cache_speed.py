@@ -10,6 +10,7 @@ cache's), for a chain (depth 8) and a SAGE-sized tree (budget 16, width 4), and 
 drafted tokens the held-out text itself continues with (a drafting-quality proxy: the text is not
 the target model's output).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,11 +30,15 @@ from sagespec.common.policies import TreeShape
 from sagespec.common.sampling import SamplingParams
 from sagespec.plugins.transformers.model_loading import resolve_model_path
 
-SHAPES = {"chain depth 8": TreeShape(depth=8, width=1, budget=8), "tree budget 16": TreeShape(depth=8, width=4, budget=16)}
+SHAPES = {
+    "chain depth 8": TreeShape(depth=8, width=1, budget=8),
+    "tree budget 16": TreeShape(depth=8, width=4, budget=16),
+}
 
 
 def conversations(limit: int) -> list[np.ndarray]:
     from transformers import AutoTokenizer
+
     tok = AutoTokenizer.from_pretrained(resolve_model_path("smollm2"))
     out = []
     for conv in tqdm(iter_sharegpt(dataset_file("sharegpt"), limit), total=limit, desc="tokenizing ShareGPT"):
@@ -64,9 +69,12 @@ def measure(cache: SuffixCache, held_out: list[np.ndarray], points: int, rng) ->
             t0 = time.perf_counter()
             tree = drafter.propose(context, shape, SamplingParams(), None)
             times.append(time.perf_counter() - t0)
-            hits.append(accepted(tree, seq[cut:cut + shape.depth]))
-        rows[label] = {"median_ms": 1e3 * statistics.median(times), "p99_ms": 1e3 * float(np.percentile(times, 99)),
-                       "mean_text_accepted": float(np.mean(hits))}
+            hits.append(accepted(tree, seq[cut : cut + shape.depth]))
+        rows[label] = {
+            "median_ms": 1e3 * statistics.median(times),
+            "p99_ms": 1e3 * float(np.percentile(times, 99)),
+            "mean_text_accepted": float(np.mean(hits)),
+        }
     return rows
 
 
@@ -81,7 +89,7 @@ def main() -> None:
     torch.set_num_threads(1)
     sizes = sorted(int(x) for x in args.cached.split(","))
     convs = conversations(sizes[-1] + args.held_out)
-    held_out, cached = convs[:args.held_out], convs[args.held_out:]
+    held_out, cached = convs[: args.held_out], convs[args.held_out :]
     cache = SuffixCache(max_tokens=args.max_cached_tokens)
     rng = np.random.default_rng(0)
     results, added, add_seconds = [], 0, 0.0
@@ -92,12 +100,25 @@ def main() -> None:
         add_seconds += time.perf_counter() - t0
         added = size
         live = min(cache.end, cache.capacity)
-        results.append({"cached_requests": size, "cached_tokens_live": live, "all_live": cache.end <= cache.capacity,
-                        "add_ms_per_request": 1e3 * add_seconds / max(added, 1), **measure(cache, held_out, args.points, rng)})
+        results.append(
+            {
+                "cached_requests": size,
+                "cached_tokens_live": live,
+                "all_live": cache.end <= cache.capacity,
+                "add_ms_per_request": 1e3 * add_seconds / max(added, 1),
+                **measure(cache, held_out, args.points, rng),
+            }
+        )
         print(json.dumps(results[-1]))
-    meta = {"dataset": "sharegpt (all turns)", "tokenizer": "SmolLM2-135M-Instruct", "held_out": args.held_out,
-            "points": args.points, "max_cached_tokens": cache.capacity, "shapes": {k: str(v) for k, v in SHAPES.items()},
-            "memory_bytes": int(cache.tokens.nbytes + cache.prev.nbytes + cache.head.nbytes)}
+    meta = {
+        "dataset": "sharegpt (all turns)",
+        "tokenizer": "SmolLM2-135M-Instruct",
+        "held_out": args.held_out,
+        "points": args.points,
+        "max_cached_tokens": cache.capacity,
+        "shapes": {k: str(v) for k, v in SHAPES.items()},
+        "memory_bytes": int(cache.tokens.nbytes + cache.prev.nbytes + cache.head.nbytes),
+    }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
@@ -107,8 +128,10 @@ def main() -> None:
 
 def plot(results, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     sizes = [r["cached_requests"] for r in results]
     for label in SHAPES:
@@ -117,8 +140,11 @@ def plot(results, path: Path) -> None:
         right.plot(sizes, [r[label]["mean_text_accepted"] for r in results], marker="o", label=label)
     left.axhline(1.0, color="grey", linewidth=0.8)
     left.set(xlabel="cached requests", ylabel="ms per request-step", title="suffix drafter cost")
-    right.set(xlabel="cached requests", ylabel="drafted tokens the text continues with",
-              title="drafts matching held-out ShareGPT text")
+    right.set(
+        xlabel="cached requests",
+        ylabel="drafted tokens the text continues with",
+        title="drafts matching held-out ShareGPT text",
+    )
     left.legend(fontsize=7)
     right.legend(fontsize=7)
     fig.tight_layout()

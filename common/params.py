@@ -1,14 +1,16 @@
 """Validation of user-facing knobs: every error names the owner, the parameter and what is allowed."""
+
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping
 
 
 class ConfigError(ValueError):
     """A configuration value is not allowed. The message names the key and the allowed values."""
 
 
-def check_int(owner: str, name: str, value, lo: int, hi: int | None = None) -> int:
+def check_int(owner: str, name: str, value: object, lo: int, hi: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{owner}: {name}={value!r} must be an integer")
     if value < lo or (hi is not None and value > hi):
@@ -17,8 +19,15 @@ def check_int(owner: str, name: str, value, lo: int, hi: int | None = None) -> i
     return value
 
 
-def check_float(owner: str, name: str, value, lo: float, hi: float | None = None,
-                lo_open: bool = False, hi_open: bool = False) -> float:
+def check_float(
+    owner: str,
+    name: str,
+    value: object,
+    lo: float,
+    hi: float | None = None,
+    lo_open: bool = False,
+    hi_open: bool = False,
+) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ConfigError(f"{owner}: {name}={value!r} must be a finite number")
     value = float(value)
@@ -31,13 +40,13 @@ def check_float(owner: str, name: str, value, lo: float, hi: float | None = None
     return value
 
 
-def check_choice(owner: str, name: str, value, allowed) -> str:
+def check_choice(owner: str, name: str, value: str, allowed: Collection[str]) -> str:
     if value not in allowed:
         raise ConfigError(f"{owner}: {name}={value!r} is not one of {sorted(allowed)}")
     return value
 
 
-def reject_unknown(owner: str, options: dict, known) -> None:
+def reject_unknown(owner: str, options: Mapping[str, object], known: Collection[str]) -> None:
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ConfigError(f"{owner}: unknown option(s) {unknown}; allowed: {sorted(known)}")

@@ -3,6 +3,7 @@
 Rules call only `accept(prob)` and `choice(probs)`, so a test can swap in a source that enumerates
 every outcome with its probability and compute a rule's output distribution exactly.
 """
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -19,7 +20,7 @@ class RandomSource(Protocol):
 
 
 class TorchRandom:
-    def __init__(self, seed: int | None = None, generator: torch.Generator | None = None):
+    def __init__(self, seed: int | None = None, generator: torch.Generator | None = None) -> None:
         self.generator = generator or torch.Generator()
         if seed is not None:
             self.generator.manual_seed(seed)

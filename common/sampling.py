@@ -3,6 +3,7 @@
 Every rule and every drafter calls `process_logits` with the same parameters, so the target's p and
 the draft's q are processed identically (temperature, then top-k, then top-p).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ class SamplingParams:
     top_k: int = 0  # 0: off
     top_p: float = 1.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_float("sampling", "temperature", self.temperature, 0.0)
         check_int("sampling", "top_k", self.top_k, 0)
         check_float("sampling", "top_p", self.top_p, 0.0, 1.0, lo_open=True)
@@ -52,4 +53,4 @@ def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
 def entropy(logits: torch.Tensor) -> torch.Tensor:
     """Shannon entropy in nats of softmax(logits) over the last dim (temperature 1)."""
     p = torch.softmax(logits.float(), dim=-1)
-    return -torch.special.xlogy(p, p).sum(-1)   # 0 log 0 = 0: masked (-inf) logits add nothing
+    return -torch.special.xlogy(p, p).sum(-1)  # 0 log 0 = 0: masked (-inf) logits add nothing

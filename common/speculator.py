@@ -14,17 +14,17 @@ target features, the features of every committed position but the root. With a `
 model and calibrated acceptance (`sagespec.common.sizing`); the runtime reports its step times to
 `sizer.latency`.
 """
+
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Iterable
-
 import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import torch
 
-from .drafters import DraftContext, EagleDrafter, ImageInputs
-from .drafters.eagle import run_drafting
+from .drafters import DraftContext, Drafter, EagleDrafter, ImageInputs
+from .drafters.eagle import Drafting, all_drafted, run_drafting
 from .policies import DecodeState, StepStats, TreePolicy, TreeShape, cap_shape
 from .random_source import RandomSource, TorchRandom
 from .sampling import SamplingParams, entropy
@@ -46,31 +46,32 @@ def chain_of(shape: TreeShape, room: int | None = None) -> TreeShape:
 @dataclass
 class RequestState:
     policy: TreePolicy
-    drafter: object
-    features: torch.Tensor | None = None   # target features of committed positions (drafters that read them)
+    drafter: Drafter | None
+    features: torch.Tensor | None = None  # target features of committed positions (drafters that read them)
     images: ImageInputs | None = None
     last_shape: TreeShape | None = None
     last_drafted: int = 0
-    steps: int = 0                          # drafts proposed
-    rng: RandomSource | None = None         # the request's own stream (engines that keep none themselves)
-    budget: RequestBudget | None = None     # cost-aware sizing's budget for the request
-    last_tree: DraftTree | None = None      # the tree proposed last, until its outcome is observed
+    steps: int = 0  # drafts proposed
+    rng: RandomSource | None = None  # the request's own stream (engines that keep none themselves)
+    budget: RequestBudget | None = None  # cost-aware sizing's budget for the request
+    last_tree: DraftTree | None = None  # the tree proposed last, until its outcome is observed
 
 
 @dataclass(frozen=True)
 class DraftRequest:
     req_id: str
-    tokens: torch.Tensor                   # committed tokens; tokens[-1] is the tree's root
-    params: SamplingParams = GREEDY        # what the drafter drafts with
-    rng: RandomSource | None = None        # for drafters that sample (default: a fixed stream)
-    room: int | None = None                # most drafted tokens the engine takes (None: any)
-    chain_only: bool = False               # the engine verifies chains only for this request
+    tokens: torch.Tensor  # committed tokens; tokens[-1] is the tree's root
+    params: SamplingParams = GREEDY  # what the drafter drafts with
+    rng: RandomSource | None = None  # for drafters that sample (default: a fixed stream)
+    room: int | None = None  # most drafted tokens the engine takes (None: any)
+    chain_only: bool = False  # the engine verifies chains only for this request
 
 
 @dataclass(frozen=True)
 class VerifyCheck:
     """How one tree is verified: the request's sampling, its own generator, and the target's last
     hidden rows for rules that read them."""
+
     params: SamplingParams
     rng: RandomSource | None = None
     hidden: torch.Tensor | None = None
@@ -79,13 +80,18 @@ class VerifyCheck:
 @dataclass(frozen=True)
 class Verdict:
     accepted: Accepted
-    emitted: list[int]                     # accepted drafted tokens, then the bonus
-    entropy: float                         # target entropy (nats) at the last accepted node
+    emitted: list[int]  # accepted drafted tokens, then the bonus
+    entropy: float  # target entropy (nats) at the last accepted node
 
 
 class Speculator:
-    def __init__(self, make_policy: Callable[[], TreePolicy], make_drafter: Callable[[], object] | None,
-                 acceptance: Acceptance, sizer: Sizer | None = None):
+    def __init__(
+        self,
+        make_policy: Callable[[], TreePolicy],
+        make_drafter: Callable[[], Drafter] | None,
+        acceptance: Acceptance,
+        sizer: Sizer | None = None,
+    ) -> None:
         """`sizer`: cost-aware sizing (budget "auto"); None keeps the policy's fixed budget."""
         self.make_policy, self.make_drafter, self.acceptance = make_policy, make_drafter, acceptance
         self.sizer = sizer
@@ -112,7 +118,7 @@ class Speculator:
         requests leave behind (`end`) get it now."""
         for gone in set(self.requests) - set(live):
             drafter = self.requests.pop(gone).drafter
-            if hasattr(drafter, "end"):
+            if drafter is not None and hasattr(drafter, "end"):
                 drafter.end()
 
     def commit_features(self, req_id: str, rows: torch.Tensor, start: int | None = None) -> None:
@@ -124,20 +130,25 @@ class Speculator:
             kept = kept[:start]
         state.features = torch.cat([kept, rows])
 
-    def observe(self, req_id: str, accepted: int, entropy: float, emitted=None) -> None:
+    def observe(self, req_id: str, accepted: int, entropy: float, emitted: Iterable[int] | None = None) -> None:
         """What the request's last verify did (`accepted` drafted tokens; the target's entropy where
         the bonus was sampled; `emitted`, the tokens it emitted, tells sizing which tree nodes were
         accepted); before its first draft, only the entropy counts."""
         state = self.state(req_id)
         tree, state.last_tree = state.last_tree, None
         if self.sizer is not None and tree is not None and tree.num_drafted:
-            if emitted is None and tree.max_depth == tree.num_drafted:   # a chain: its first nodes
-                emitted = [int(t) for t in tree.tokens[1: accepted + 1]] + [-1]
+            if emitted is None and tree.max_depth == tree.num_drafted:  # a chain: its first nodes
+                emitted = [int(t) for t in tree.tokens[1 : accepted + 1]] + [-1]
             if emitted is not None:
                 self.sizer.observe(tree, emitted)
-        state.policy.observe(StepStats(shape=state.last_shape, num_nodes=state.last_drafted,
-                                       accepted=accepted if state.last_shape is not None else 0,
-                                       target_entropy=entropy))
+        state.policy.observe(
+            StepStats(
+                shape=state.last_shape,
+                num_nodes=state.last_drafted,
+                accepted=accepted if state.last_shape is not None else 0,
+                target_entropy=entropy,
+            )
+        )
 
     # ---- the step ----------------------------------------------------------------------
     def plan(self, request: DraftRequest) -> TreeShape | None:
@@ -154,20 +165,22 @@ class Speculator:
         return shape
 
     @torch.no_grad()
-    def draft(self, requests: list[DraftRequest], decoding: int | None = None,
-              base_tokens: int | None = None) -> list[DraftTree]:
+    def draft(
+        self, requests: list[DraftRequest], decoding: int | None = None, base_tokens: int | None = None
+    ) -> list[DraftTree]:
         """One tree per request (the root alone without a drafter). EAGLE drafters sharing a head run
         in lockstep: one head pass per tree level for all of them. Sizing, when on, reads the step:
         `decoding` requests emit a token (default: these), the forward runs `base_tokens` besides
         drafted nodes (default: one root each)."""
         start = time.perf_counter()
-        trees: list[DraftTree | None] = [None] * len(requests)
-        lockstep, jobs = [], []
+        slots: list[DraftTree | None] = [None] * len(requests)
+        lockstep: list[int] = []
+        jobs: list[Drafting] = []
         for i, request in enumerate(requests):
             state = self.state(request.req_id)
             state.last_shape = shape = self.plan(request)
             if state.drafter is None or shape is None:
-                trees[i] = DraftTree.root_only(int(request.tokens[-1]))
+                slots[i] = DraftTree.root_only(int(request.tokens[-1]))
                 continue
             context = DraftContext(request.tokens, state.features, state.images)
             rng = request.rng or self.fallback_rng
@@ -175,22 +188,32 @@ class Speculator:
                 lockstep.append(i)
                 jobs.append(state.drafter.drafting(context, shape, request.params, rng))
             else:
-                trees[i] = state.drafter.propose(context, shape, request.params, rng)
+                slots[i] = state.drafter.propose(context, shape, request.params, rng)
         for i, tree in zip(lockstep, run_drafting(jobs)):
-            trees[i] = tree
+            slots[i] = tree
+        trees = all_drafted(slots)
         if self.sizer is not None and requests:
-            trees = self.sizer.size(trees, [self.requests[r.req_id].budget for r in requests],
-                                    len(requests) if decoding is None else decoding,
-                                    len(requests) if base_tokens is None else base_tokens,
-                                    time.perf_counter() - start)
+            budgets: list[RequestBudget] = []
+            for r in requests:
+                budget = self.requests[r.req_id].budget
+                assert budget is not None  # state() gives every request a budget when sizing is on
+                budgets.append(budget)
+            trees = self.sizer.size(
+                trees,
+                budgets,
+                len(requests) if decoding is None else decoding,
+                len(requests) if base_tokens is None else base_tokens,
+                time.perf_counter() - start,
+            )
         for request, tree in zip(requests, trees):
             state = self.requests[request.req_id]
             state.last_drafted, state.steps, state.last_tree = tree.num_drafted, state.steps + 1, tree
         return trees
 
     @torch.no_grad()
-    def verify(self, trees: list[DraftTree], logits: torch.Tensor, starts: list[int],
-               checks: list[VerifyCheck]) -> list[Verdict]:
+    def verify(
+        self, trees: list[DraftTree], logits: torch.Tensor, starts: list[int], checks: list[VerifyCheck]
+    ) -> list[Verdict]:
         """Verifies tree i against logits rows starts[i] .. starts[i] + num_nodes - 1 (node order).
         Greedy trees under a lossless rule share one argmax over all rows; every other tree runs
         the acceptance rule with its request's own generator. Entropies, for a policy that reads
@@ -201,15 +224,19 @@ class Speculator:
         results = []
         for tree, start, check in zip(trees, starts, checks):
             if vectorised and check.params.greedy:
-                results.append(greedy_walk_argmax(tree, best[start: start + tree.num_nodes]))
+                assert best is not None  # computed whenever vectorised
+                results.append(greedy_walk_argmax(tree, best[start : start + tree.num_nodes]))
             else:
-                rows = logits[start: start + tree.num_nodes].float()
-                results.append(acceptance.verify(tree, rows, check.params, check.rng or self.fallback_rng,
-                                                 check.hidden))
+                rows = logits[start : start + tree.num_nodes].float()
+                results.append(
+                    acceptance.verify(tree, rows, check.params, check.rng or self.fallback_rng, check.hidden)
+                )
         last_rows = [start + accepted.nodes[-1] for start, accepted in zip(starts, results)]
         if self.needs_entropy:
             entropies = entropy(logits[last_rows]).tolist() if last_rows else []
         else:
             entropies = [float("nan")] * len(results)
-        return [Verdict(accepted, accepted.emitted(tree), entropy)
-                for tree, accepted, entropy in zip(trees, results, entropies)]
+        return [
+            Verdict(accepted, accepted.emitted(tree), entropy)
+            for tree, accepted, entropy in zip(trees, results, entropies)
+        ]

@@ -11,10 +11,13 @@ drafter chose them deterministically (top-k, lookup), and verification treats q 
 `confidence[i]`, when given, is the drafter's own chance for node i given its parent (meant for a
 lookup drafter's continuation share; no drafter sets it yet; node 0: 1); sizing reads it (`conditional_scores`), verification never.
 """
+
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any
 
 import torch
 
@@ -31,17 +34,19 @@ class DraftTree:
     draft_probs: torch.Tensor | None = None
     sampled_children: bool = False
     confidence: torch.Tensor | None = None
-    _children: tuple = field(default=(), init=False, repr=False)
+    _children: tuple[tuple[int, ...], ...] = field(default=(), init=False, repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         tokens, parents, depths = self.tokens, self.parents, self.depths
         for name, t in (("tokens", tokens), ("parents", parents), ("depths", depths)):
             if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.dtype != torch.long:
                 raise TreeError(f"DraftTree.{name} must be a 1-D int64 tensor")
         n = tokens.numel()
         if n < 1 or parents.numel() != n or depths.numel() != n:
-            raise TreeError(f"DraftTree needs >= 1 node and equal lengths; got tokens={n}, "
-                            f"parents={parents.numel()}, depths={depths.numel()}")
+            raise TreeError(
+                f"DraftTree needs >= 1 node and equal lengths; got tokens={n}, "
+                f"parents={parents.numel()}, depths={depths.numel()}"
+            )
         if bool((tokens < 0).any()):
             raise TreeError("DraftTree.tokens must be non-negative token ids")
         p = parents.tolist()
@@ -69,27 +74,31 @@ class DraftTree:
 
     # ---- constructors -------------------------------------------------------------------
     @classmethod
-    def from_parents(cls, tokens: Sequence[int], parents: Sequence[int], **kw) -> "DraftTree":
+    def from_parents(cls, tokens: Sequence[int], parents: Sequence[int], **kw: Any) -> DraftTree:
         depths = [0] * len(parents)
         for i in range(1, len(parents)):
             if not 0 <= parents[i] < i:
                 raise TreeError(f"DraftTree.parents[{i}]={parents[i]}: a parent must precede its child")
             depths[i] = depths[parents[i]] + 1
-        return cls(torch.tensor(list(tokens), dtype=torch.long),
-                   torch.tensor(list(parents), dtype=torch.long),
-                   torch.tensor(depths, dtype=torch.long), **kw)
+        return cls(
+            torch.tensor(list(tokens), dtype=torch.long),
+            torch.tensor(list(parents), dtype=torch.long),
+            torch.tensor(depths, dtype=torch.long),
+            **kw,
+        )
 
     @classmethod
-    def root_only(cls, root_token: int) -> "DraftTree":
+    def root_only(cls, root_token: int) -> DraftTree:
         return cls.from_parents([root_token], [-1])
 
     @classmethod
-    def chain(cls, root_token: int, tokens: Sequence[int], **kw) -> "DraftTree":
+    def chain(cls, root_token: int, tokens: Sequence[int], **kw: Any) -> DraftTree:
         return cls.from_parents([root_token, *tokens], list(range(-1, len(tokens))), **kw)
 
     @classmethod
-    def from_token_paths(cls, root_token: int, paths: Sequence[Sequence[int]],
-                         max_nodes: int | None = None) -> "DraftTree":
+    def from_token_paths(
+        cls, root_token: int, paths: Sequence[Sequence[int]], max_nodes: int | None = None
+    ) -> DraftTree:
         """Merge token sequences (continuations of the root) into a trie; nodes in first-seen order.
         With max_nodes, nodes past that count (drafted nodes, root excluded) are dropped; since a
         parent is always seen before its children, the kept set stays a tree."""
@@ -172,27 +181,33 @@ class DraftTree:
         for i, kids in enumerate(self._children):
             if kids:
                 first[i] = kids[0]
-                for a, b in zip(kids, kids[1:]):
+                for a, b in itertools.pairwise(kids):
                     nxt[a] = b
         return first, nxt
 
     def rank_paths(self) -> list[tuple[int, ...]]:
         """For every drafted node, the sibling ranks from the root down to it (static-tree form)."""
-        ranks = [()] * self.num_nodes
+        ranks: list[tuple[int, ...]] = [()] * self.num_nodes
         for i, kids in enumerate(self._children):
             for r, c in enumerate(kids):
                 ranks[c] = ranks[i] + (r,)
         return ranks[1:]
 
-    def to(self, device) -> "DraftTree":
+    def to(self, device: torch.device | str) -> DraftTree:
         q = None if self.draft_probs is None else self.draft_probs.to(device)
-        return DraftTree(self.tokens.to(device), self.parents.to(device), self.depths.to(device),
-                         q, self.sampled_children, self.confidence)
+        return DraftTree(
+            self.tokens.to(device),
+            self.parents.to(device),
+            self.depths.to(device),
+            q,
+            self.sampled_children,
+            None if self.confidence is None else self.confidence.to(device),
+        )
 
-    def subtree(self, keep: Sequence[int]) -> "DraftTree":
+    def subtree(self, keep: Sequence[int]) -> DraftTree:
         """The tree of the listed nodes (the root and, for each, its parent must be listed), in
         their original order; draft rows and confidences follow their nodes."""
-        keep = sorted(set(int(i) for i in keep))
+        keep = sorted({int(i) for i in keep})
         if len(keep) == self.num_nodes:
             return self
         if not keep or keep[0] != 0:
@@ -204,15 +219,24 @@ class DraftTree:
         except KeyError as e:
             raise TreeError(f"DraftTree.subtree keeps a node whose parent {e.args[0]} it drops") from None
         index = torch.tensor(keep, dtype=torch.long)
-        pick = lambda t: None if t is None else t[index.to(t.device)]
-        return DraftTree.from_parents(self.tokens[index].tolist(), new_parents, draft_probs=pick(self.draft_probs),
-                                      sampled_children=self.sampled_children, confidence=pick(self.confidence))
+
+        def pick(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[index.to(t.device)]
+
+        return DraftTree.from_parents(
+            self.tokens[index].tolist(),
+            new_parents,
+            draft_probs=pick(self.draft_probs),
+            sampled_children=self.sampled_children,
+            confidence=pick(self.confidence),
+        )
 
 
 @dataclass(frozen=True, eq=False)
 class RaggedTrees:
     """A batch of trees flattened the way FlashInfer and the engines lay out variable-length work:
     request r owns rows indptr[r]:indptr[r+1] of tokens/depths; parents stay request-local."""
+
     trees: tuple[DraftTree, ...]
     tokens: torch.Tensor
     parents: torch.Tensor
@@ -220,14 +244,19 @@ class RaggedTrees:
     indptr: torch.Tensor
 
     @classmethod
-    def from_trees(cls, trees: Sequence[DraftTree]) -> "RaggedTrees":
+    def from_trees(cls, trees: Sequence[DraftTree]) -> RaggedTrees:
         if not trees:
             raise TreeError("RaggedTrees needs at least one tree")
         sizes = torch.tensor([t.num_nodes for t in trees], dtype=torch.long)
         indptr = torch.zeros(len(trees) + 1, dtype=torch.long)
         indptr[1:] = torch.cumsum(sizes, 0)
-        return cls(tuple(trees), torch.cat([t.tokens for t in trees]),
-                   torch.cat([t.parents for t in trees]), torch.cat([t.depths for t in trees]), indptr)
+        return cls(
+            tuple(trees),
+            torch.cat([t.tokens for t in trees]),
+            torch.cat([t.parents for t in trees]),
+            torch.cat([t.depths for t in trees]),
+            indptr,
+        )
 
     def __len__(self) -> int:
         return len(self.trees)
@@ -248,4 +277,3 @@ def within_window(query_positions: torch.Tensor, key_positions: torch.Tensor, wi
     """[q, k] bool: key k lies in query q's sliding window of `window` tokens ending at q itself
     (q - k < window). AND it with a tree mask: within a tree, positions are prefix + depth."""
     return (query_positions[:, None] - key_positions[None, :]) < window
-

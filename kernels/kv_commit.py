@@ -5,9 +5,10 @@ per tree node. The accepted nodes (root first, in path order) move to slots pref
 prefix_len + 1, ...; afterwards the committed length is prefix_len + len(accepted). Each accepted
 node index is >= its position in the path, so an in-place forward copy never overwrites a source
 it still needs."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -20,11 +21,13 @@ def commit_accepted_kv(cache: torch.Tensor, prefix_len: int, accepted: Sequence[
     return prefix_len + idx.numel()
 
 
-def commit_accepted_kv_ragged(cache: torch.Tensor, kv_indptr: torch.Tensor, prefix_lens: Sequence[int],
-                              accepted: Sequence[Sequence[int]]) -> list[int]:
+def commit_accepted_kv_ragged(
+    cache: torch.Tensor, kv_indptr: torch.Tensor, prefix_lens: Sequence[int], accepted: Sequence[Sequence[int]]
+) -> list[int]:
     """Batched form over a ragged [total_kv, ...] cache: request r's rows start at kv_indptr[r]."""
     starts = kv_indptr.tolist()
-    src, dst = [], []
+    src: list[int] = []
+    dst: list[int] = []
     for r, (p, acc) in enumerate(zip(prefix_lens, accepted)):
         base = starts[r] + int(p)
         src.extend(base + int(a) for a in acc)

@@ -1,17 +1,10 @@
-"""Loading what drafts beside a target inside an engine's worker: a draft model (Hugging Face
-causal LM sharing the target's tokenizer) and the EAGLE head that ships for a target."""
+"""Loading a draft model inside an engine's worker: a Hugging Face causal LM sharing the target's
+tokenizer (the shipped EAGLE heads are found by `common.shipped.shipped_head_for`)."""
+
 from __future__ import annotations
 
 from sagespec.common.drafters import check_shared_vocabulary
 from sagespec.common.params import ConfigError
-from sagespec.common.shipped import shipped_head
-
-
-def shipped_head_for(config) -> str:
-    folder = shipped_head("smollm2")
-    if folder is None:
-        raise ConfigError("drafter 'eagle' needs model: an EAGLE head folder (none ships for this target)")
-    return str(folder)
 
 
 def load_draft_model(folder: str, target_path: str, target_model):
@@ -19,15 +12,18 @@ def load_draft_model(folder: str, target_path: str, target_model):
     from pathlib import Path
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
     if not (Path(folder) / "config.json").is_file():
-        raise ConfigError(f"drafter 'draft_model': model={folder!r} is not a Hugging Face model folder "
-                          "(no config.json)")
+        raise ConfigError(
+            f"drafter 'draft_model': model={folder!r} is not a Hugging Face model folder (no config.json)"
+        )
     dtype = next(target_model.parameters()).dtype
     lm = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
     target_vocab = target_model.config.vocab_size
     if lm.config.vocab_size != target_vocab:
-        raise ConfigError(f"drafter 'draft_model': vocabulary size {lm.config.vocab_size} differs from the "
-                          f"target's {target_vocab}")
+        raise ConfigError(
+            f"drafter 'draft_model': vocabulary size {lm.config.vocab_size} differs from the target's {target_vocab}"
+        )
     try:
         draft_tok, target_tok = AutoTokenizer.from_pretrained(folder), AutoTokenizer.from_pretrained(target_path)
     except (OSError, ValueError):

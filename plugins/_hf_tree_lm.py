@@ -2,6 +2,7 @@
 draft models in every runtime): KV cache, arbitrary tree masks,
 explicit positions, contiguous commit of accepted KV. Attention runs through
 `sagespec.kernels.tree_attention`, registered with transformers' attention interface."""
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -61,9 +62,16 @@ def _hf_tree_attention(module, query, key, value, attention_mask, scaling=None, 
     if kwargs.get("softcap"):
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         return _softcapped_attention(query[0], key[0], value[0], mask, scale, kwargs["softcap"]).unsqueeze(0), None
-    out = tree_attention(query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
-                         torch.tensor([0, q_len]), torch.tensor([0, kv_len]), mask.reshape(-1),
-                         sm_scale=scaling, backend=_backend["name"])
+    out = tree_attention(
+        query[0].transpose(0, 1),
+        key[0].transpose(0, 1),
+        value[0].transpose(0, 1),
+        torch.tensor([0, q_len]),
+        torch.tensor([0, kv_len]),
+        mask.reshape(-1),
+        sm_scale=scaling,
+        backend=_backend["name"],
+    )
     return out.unsqueeze(0), None
 
 
@@ -71,8 +79,10 @@ def refuse_unsupported_attention(model) -> None:
     """At load: a ConfigError naming an attention feature tree verification does not reproduce."""
     for name, module in model.get_decoder().named_modules():
         if isinstance(getattr(module, "sinks", None), torch.Tensor):
-            raise ConfigError(f"sagespec: {name} uses attention sinks, which the reference runtime's tree "
-                              "attention does not reproduce")
+            raise ConfigError(
+                f"sagespec: {name} uses attention sinks, which the reference runtime's tree "
+                "attention does not reproduce"
+            )
 
 
 @contextmanager
@@ -86,6 +96,7 @@ def _positions_of(positions: torch.Tensor):
 
 def register_attention(backend: str = "auto") -> None:
     from transformers import AttentionInterface
+
     _backend["name"] = backend
     AttentionInterface.register(ATTENTION_NAME, _hf_tree_attention)
 
@@ -93,14 +104,17 @@ def register_attention(backend: str = "auto") -> None:
 class HFTreeLM:
     def __init__(self, model, hidden_layer_ids=()):
         from transformers import DynamicCache
+
         register_attention(_backend["name"])
         # The text decoder only: a vision tower's attention is bidirectional and stays the model's own.
         refuse_unsupported_attention(model)
         decoder = model.get_decoder()
         decoder.set_attn_implementation(ATTENTION_NAME)
-        if decoder.config._attn_implementation != ATTENTION_NAME:   # transformers only logs this
-            raise ConfigError(f"sagespec: {type(decoder).__name__} computes its own attention (not through "
-                              "transformers' attention interface), so tree attention cannot run in it")
+        if decoder.config._attn_implementation != ATTENTION_NAME:  # transformers only logs this
+            raise ConfigError(
+                f"sagespec: {type(decoder).__name__} computes its own attention (not through "
+                "transformers' attention interface), so tree attention cannot run in it"
+            )
         self.model = model
         self.vocab_size = model.config.get_text_config().vocab_size
         self.hidden_layer_ids = tuple(hidden_layer_ids)
@@ -111,9 +125,11 @@ class HFTreeLM:
         """The model's cache with every sliding-window layer kept whole: a tree's nodes and the accepted
         path are committed by index, and the window is applied in attention instead."""
         from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
         cache = self._cache_cls(config=self.model.config)
-        cache.layers = [DynamicLayer() if isinstance(layer, DynamicSlidingWindowLayer) else layer
-                        for layer in cache.layers]
+        cache.layers = [
+            DynamicLayer() if isinstance(layer, DynamicSlidingWindowLayer) else layer for layer in cache.layers
+        ]
         return cache
 
     @property
@@ -138,9 +154,14 @@ class HFTreeLM:
         concatenated [q, len(ids) * hidden]. `inputs_embeds` [q, H] replaces the token embeddings."""
         dev = self.device
         with _positions_of(positions):
-            out = self.model(**self._inputs(tokens, inputs_embeds), position_ids=positions.view(1, -1).to(dev),
-                             attention_mask=mask[None, None].to(dev), past_key_values=self.cache, use_cache=True,
-                             output_hidden_states=with_hidden)
+            out = self.model(
+                **self._inputs(tokens, inputs_embeds),
+                position_ids=positions.view(1, -1).to(dev),
+                attention_mask=mask[None, None].to(dev),
+                past_key_values=self.cache,
+                use_cache=True,
+                output_hidden_states=with_hidden,
+            )
         logits = out.logits[0].float()
         if not with_hidden:
             return logits
@@ -152,10 +173,14 @@ class HFTreeLM:
         the decoder, then the output layer on its last hidden state, as the LM's own forward does."""
         dev = self.device
         with _positions_of(positions):
-            out = self.model.get_decoder()(**self._inputs(tokens, inputs_embeds),
-                                           position_ids=positions.view(1, -1).to(dev),
-                                           attention_mask=mask[None, None].to(dev), past_key_values=self.cache,
-                                           use_cache=True, output_hidden_states=with_hidden)
+            out = self.model.get_decoder()(
+                **self._inputs(tokens, inputs_embeds),
+                position_ids=positions.view(1, -1).to(dev),
+                attention_mask=mask[None, None].to(dev),
+                past_key_values=self.cache,
+                use_cache=True,
+                output_hidden_states=with_hidden,
+            )
         last = out.last_hidden_state
         logits = self.model.get_output_embeddings()(last)[0].float()
         feats = self._layer_feats(out.hidden_states) if with_hidden else None

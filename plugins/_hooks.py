@@ -5,21 +5,22 @@ parameter names it relies on). `check_contract` resolves them all before anythin
 returns the list of differences; `Patches.apply` then installs every wrapper or none, records the
 originals, and is idempotent (a second apply in the same process is a no-op).
 """
+
 from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 MARK = "__sagespec_original__"
 
 
 @dataclass(frozen=True)
 class Hook:
-    path: str                      # "package.module:Qualified.name"
-    kind: str = "function"         # "function" | "class" | "attribute"
-    params: tuple[str, ...] = ()   # parameter names the plugin passes or reads, in order
+    path: str  # "package.module:Qualified.name"
+    kind: str = "function"  # "function" | "class" | "attribute"
+    params: tuple[str, ...] = ()  # parameter names the plugin passes or reads, in order
 
 
 def resolve(path: str):
@@ -46,7 +47,7 @@ def _difference(hook: Hook) -> str | None:
         except (TypeError, ValueError):
             return f"{hook.path}: signature cannot be read"
         names = [n for n in names if n not in ("self", "cls")]
-        if names[:len(hook.params)] != list(hook.params):
+        if names[: len(hook.params)] != list(hook.params):
             return f"{hook.path}: parameters are {names}, expected to start with {list(hook.params)}"
     return None
 
@@ -57,10 +58,10 @@ def check_contract(hooks) -> list[str]:
 
 
 def refusal_reason(engine: str, version: str, supported, hooks) -> str | None:
-    """Why a plugin must leave this engine release alone, or None: not a release it is tested
-    against, or a hook that differs."""
+    """Why a plugin must leave this engine release alone, or None: not a release it supports, or a
+    hook that differs."""
     if version not in supported:
-        return f"{engine} {version} is not a release sagespec is tested against (supported: {list(supported)})"
+        return f"{engine} {version} is not a release sagespec supports (supported: {list(supported)})"
     differences = check_contract(hooks)
     if differences:
         return f"{engine} {version} differs from what sagespec relies on: " + "; ".join(differences)
@@ -70,6 +71,7 @@ def refusal_reason(engine: str, version: str, supported, hooks) -> str | None:
 @dataclass
 class Patches:
     """Wrappers to install on engine attributes: (owner path, attribute, make_wrapper(original))."""
+
     entries: list[tuple[str, str, Callable]] = field(default_factory=list)
 
     def add(self, owner: str, attr: str, make_wrapper: Callable) -> None:

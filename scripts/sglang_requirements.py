@@ -6,6 +6,7 @@ sglang 0.5.22 pins cuda-tile==1.6.0rc5, whose registry entry is only a stub that
 real wheel from NVIDIA's index at install time; the release that is on the registries (1.7.0)
 stands in. cuda-tile is a GPU kernel compiler that no CPU path imports.
 """
+
 from importlib.metadata import requires
 
 from packaging.requirements import Requirement

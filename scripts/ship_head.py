@@ -4,6 +4,7 @@ measured acceptance).
     .venv/bin/python scripts/ship_head.py --head DIR --name smollm2-eagle3 --acceptance FILE.json \\
         --data "ShareGPT, 1200 conversations x 256 tokens"
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,6 +15,7 @@ from pathlib import Path
 import torch
 
 from sagespec.common.drafters import EagleHead
+from sagespec.common.shipped import TARGET_FIELDS
 from sagespec.plugins.transformers.model_loading import load_model
 
 ASSETS = Path(__file__).resolve().parents[1] / "common" / "assets"
@@ -28,18 +30,30 @@ def main() -> None:
     p.add_argument("--data", required=True, help="what the head was trained on")
     args = p.parse_args()
     model, _ = load_model(args.model, "float32")
-    head = EagleHead.load(args.head, model.get_input_embeddings().weight, model.get_output_embeddings().weight,
-                          model.config.num_hidden_layers)
+    head = EagleHead.load(
+        args.head,
+        model.get_input_embeddings().weight,
+        model.get_output_embeddings().weight,
+        model.config.num_hidden_layers,
+    )
     out = ASSETS / args.name
     head.to(torch.bfloat16).save(out)
     log = json.loads((Path(args.head) / "training_log.json").read_text())
     history = log["history"]
     stride = max(1, len(history) // 40)
     manifest = {
-        "name": args.name, "target": args.model, "sha256": hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest(),
-        "bytes": (out / "model.safetensors").stat().st_size, "data": args.data, "tokens_seen": log["tokens_seen"],
-        "optimizer_steps": log["step"], "training_minutes": round(log["seconds"] / 60, 1),
-        "curve": [{"tokens": t, "loss": round(l, 4), "step0_agreement": round(a, 4)} for t, l, a in history[::stride]],
+        "name": args.name,
+        "target": args.model,
+        "target_config": {name: getattr(model.config, name) for name in TARGET_FIELDS},
+        "sha256": hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest(),
+        "bytes": (out / "model.safetensors").stat().st_size,
+        "data": args.data,
+        "tokens_seen": log["tokens_seen"],
+        "optimizer_steps": log["step"],
+        "training_minutes": round(log["seconds"] / 60, 1),
+        "curve": [
+            {"tokens": t, "loss": round(loss, 4), "step0_agreement": round(a, 4)} for t, loss, a in history[::stride]
+        ],
         "acceptance": [json.loads(Path(f).read_text()) for f in args.acceptance],
     }
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")

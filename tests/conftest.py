@@ -4,8 +4,8 @@ import os
 # (two torch-heavy processes or oversubscribed threads are ~10x slower on small machines).
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
@@ -14,4 +14,5 @@ torch.set_num_threads(min(2, os.cpu_count() or 1))
 def smollm2_fp32():
     """The real default model in fp32 (exactness checks) with its tokenizer."""
     from sagespec.plugins.transformers.factory import load_target
+
     return load_target("smollm2", "float32")

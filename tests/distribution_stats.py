@@ -1,4 +1,5 @@
 """Goodness of fit for sampling tests (shared by the unit tests and the engine lanes)."""
+
 import math
 
 import torch
@@ -21,6 +22,7 @@ def exact_joint(folder, prompt, temperature):
     """p(t1, t2, t3 | prompt) at the given temperature, [V, V, V] in fp64, for a model with a
     vocabulary of V tokens (transformers, fp32 weights)."""
     from transformers import AutoModelForCausalLM
+
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     V = model.config.vocab_size
     t1, t2 = torch.meshgrid(torch.arange(V), torch.arange(V), indexing="ij")
@@ -28,14 +30,15 @@ def exact_joint(folder, prompt, temperature):
     with torch.no_grad():
         logits = model(seqs).logits.double() / temperature
     p1 = torch.softmax(logits[0, -3], -1)
-    p2 = torch.softmax(logits[:, -2], -1).view(V, V, V)[:, 0]   # p(t2 | t1)
-    p3 = torch.softmax(logits[:, -1], -1).view(V, V, V)         # p(t3 | t1, t2)
+    p2 = torch.softmax(logits[:, -2], -1).view(V, V, V)[:, 0]  # p(t2 | t1)
+    p3 = torch.softmax(logits[:, -1], -1).view(V, V, V)  # p(t3 | t1, t2)
     return p1[:, None, None] * p2[:, :, None] * p3
 
 
 def greedy_continuation(folder, prompt, n):
     from transformers import AutoModelForCausalLM
+
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False)
-    return out[0, len(prompt):].tolist()
+    return out[0, len(prompt) :].tolist()

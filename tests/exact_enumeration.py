@@ -4,6 +4,7 @@
 rng.accept(p) branches into True (p) and False (1 - p) and rng.choice(probs) into every index with
 non-zero mass. It returns [(probability, fn's result)] over all paths; probabilities sum to 1.
 """
+
 from __future__ import annotations
 
 

@@ -1,35 +1,49 @@
 """The `sagespec` command: the JSON contract, and one clear line (exit 2) for bad input."""
+
 import json
 import subprocess
 import sys
 
 import pytest
 
-from sagespec.plugins.transformers.cli import main
+from sagespec.plugins.transformers.cli.main import main
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "sagespec.plugins.transformers.cli", *args],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "sagespec.plugins.transformers.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (["generate", "--prompt", "x", "--budget", "0"], "--budget 0"),
-    (["generate", "--prompt", "x", "--temperature", "-1"], "temperature=-1.0"),
-    (["generate", "--prompt-file", "/no/such/file"], "--prompt-file"),
-    (["generate", "--prompt", "x", "--model", "/no/such/model"], "no such folder"),
-    (["generate", "--prompt", "x", "--max-new-tokens", "0"], "--max-new-tokens 0"),
-    (["generate", "--prompt", "x", "--rule", "yolo"], "--rule: acceptance rule 'yolo' is unknown"),
-    (["generate", "--prompt", "x", "--rule", '{"rule": "judge"'], "--rule: acceptance is not valid JSON"),
-    (["generate", "--prompt", "x", "--rule", '{"threshold": 1}'], "needs a 'rule' key"),
-    (["mine-judge", "--out", "{tmp}", "--splits", "train,dev"], "--splits 'train,dev'"),
-    (["train-judge", "--mined", "{tmp}", "--out", "{tmp}/j.json"], "not a folder written by `sagespec mine-judge`"),
-    (["bench", "--dataset", "gsm8k"], "invalid choice: 'gsm8k'"),
-    (["bench", "--dataset", "mt-bench", "ngram:fancy"], "policy 'fancy'"),
-    (["generate", "--prompt", "x", "--drafter", "draft-model", "--model", "{tmp}"], "config.json"),
-    (["train-drafter", "--out", "{tmp}"], "needs a budget"),
-    (["generate", "--prompt", "x", "--eagle-head", "{tmp}", "--drafter", "eagle", "--model", "{tmp}"], "config.json"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["generate", "--prompt", "x", "--budget", "0"], "--budget 0"),
+        (["generate", "--prompt", "x", "--temperature", "-1"], "temperature=-1.0"),
+        (["generate", "--prompt-file", "/no/such/file"], "--prompt-file"),
+        (["generate", "--prompt", "x", "--model", "/no/such/model"], "no such folder"),
+        (["generate", "--prompt", "x", "--max-new-tokens", "0"], "--max-new-tokens 0"),
+        (["generate", "--prompt", "x", "--acceptance", "yolo"], "--acceptance: acceptance rule 'yolo' is unknown"),
+        (
+            ["generate", "--prompt", "x", "--acceptance", '{"rule": "judge"'],
+            "--acceptance: acceptance is not valid JSON",
+        ),
+        (["generate", "--prompt", "x", "--acceptance", '{"threshold": 1}'], "needs a 'rule' key"),
+        (["mine-judge", "--out", "{tmp}", "--splits", "train,dev"], "--splits 'train,dev'"),
+        (["train-judge", "--mined", "{tmp}", "--out", "{tmp}/j.json"], "not a folder written by `sagespec mine-judge`"),
+        (["bench", "--dataset", "gsm8k"], "invalid choice: 'gsm8k'"),
+        (["bench", "--dataset", "mt-bench", "ngram:fancy"], "policy 'fancy'"),
+        (["generate", "--prompt", "x", "--drafter", "draft_model", "--model", "{tmp}"], "config.json"),
+        (["train-drafter", "--out", "{tmp}"], "needs a budget"),
+        (
+            ["generate", "--prompt", "x", "--eagle-head", "{tmp}", "--drafter", "eagle", "--model", "{tmp}"],
+            "config.json",
+        ),
+    ],
+)
 def test_bad_input_is_one_clear_line(args, fragment, tmp_path, capsys):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     try:
@@ -43,9 +57,26 @@ def test_bad_input_is_one_clear_line(args, fragment, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_generate_json_contract():
-    out = run_cli("generate", "--model", "smollm2", "--prompt", "Name three colors.", "--drafter", "ngram",
-                  "--policy", "sage", "--max-new-tokens", "12", "--temperature", "0", "--seed", "1", "--json",
-                  "--threads", "2")
+    out = run_cli(
+        "generate",
+        "--model",
+        "smollm2",
+        "--prompt",
+        "Name three colors.",
+        "--drafter",
+        "ngram",
+        "--policy",
+        "sage",
+        "--max-new-tokens",
+        "12",
+        "--temperature",
+        "0",
+        "--seed",
+        "1",
+        "--json",
+        "--threads",
+        "2",
+    )
     assert out.returncode == 0, out.stderr
     obj = json.loads(out.stdout)
     assert set(obj) >= {"tokens", "text", "steps", "accepted_per_step", "seconds"}

@@ -1,6 +1,7 @@
 """The second real model, Gemma 3 270M (fp32): sliding-window attention (window 512 in 15 of 18
 layers), head_dim 256, a 262k vocabulary. Greedy output with SAGE trees and chains equals
 transformers' own generate, on a code prompt longer than the window and a short question."""
+
 import copy
 
 import pytest
@@ -28,16 +29,20 @@ def prompts(gemma3):
     _, tok = gemma3
     code = "\n".join(p.text for p in load_prompts("humaneval", 6))
     long = tok(code)["input_ids"]
-    assert len(long) > 600   # past the 512-token window before generation starts
+    assert len(long) > 600  # past the 512-token window before generation starts
     return [long, tok(load_prompts("mt-bench", 1)[0].text)["input_ids"]]
 
 
 @pytest.fixture(scope="module")
 def oracle(gemma3, prompts):
-    ref = copy.deepcopy(gemma3[0])   # the model's own attention and sliding-window cache
+    ref = copy.deepcopy(gemma3[0])  # the model's own attention and sliding-window cache
     ref.set_attn_implementation("sdpa")
-    return [ref.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                         do_sample=False)[0, len(ids):].tolist() for ids in prompts]
+    return [
+        ref.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)[
+            0, len(ids) :
+        ].tolist()
+        for ids in prompts
+    ]
 
 
 @pytest.mark.parametrize("policy", ["sage", "chain"])

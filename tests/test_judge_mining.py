@@ -1,6 +1,5 @@
 """AutoJudge mining finds a planted important token and skips planted unimportant ones; the
 judge trainer separates what it is given and writes a file the judge rule loads."""
-import json
 
 import numpy as np
 import pytest
@@ -10,7 +9,7 @@ from sagespec.common.judge_tasks import SPLITS, arithmetic_correct, arithmetic_i
 from sagespec.common.params import ConfigError
 from sagespec.common.training.judge_mining import mine_prompt
 from sagespec.common.training.judge_trainer import train_judge
-from sagespec.common.verify import JudgeFile, load_judge
+from sagespec.common.verify import load_judge
 
 # A planted task: the target always writes CANON after the prompt, position by position, whatever
 # was swapped in before; the outcome is right iff response position 2 holds 42. The drafter
@@ -30,7 +29,7 @@ def draft_all(ids):
 def regenerate(ids, max_new, until=None):
     start = len(ids) - len(PROMPT)
     out = []
-    for token in CANON[start: start + max_new]:
+    for token in CANON[start : start + max_new]:
         out.append(token)
         if until is not None and until(out):
             break
@@ -42,11 +41,21 @@ def hidden_at(ids):
 
 
 def test_mining_finds_the_planted_important_token():
-    mined = mine_prompt(PROMPT, list(CANON), draft_all, regenerate, hidden_at,
-                        lambda r: len(r) > 2 and r[2] == 42, max_new_tokens=len(CANON))
+    mined = mine_prompt(
+        PROMPT,
+        list(CANON),
+        draft_all,
+        regenerate,
+        hidden_at,
+        lambda r: len(r) > 2 and r[2] == 42,
+        max_new_tokens=len(CANON),
+    )
     assert mined.correct
-    assert [(m.position, m.draft_token, m.important) for m in mined.mismatches] == \
-        [(0, 20, False), (2, 43, True), (4, 30, False)]
+    assert [(m.position, m.draft_token, m.important) for m in mined.mismatches] == [
+        (0, 20, False),
+        (2, 43, True),
+        (4, 30, False),
+    ]
     assert mined.final == [20, 11, 42, 12, 30, 14]  # harmless swaps kept, the answer restored
     # the hidden state is read at the draft token: prompt + response so far + the guess
     assert mined.mismatches[1].hidden.tolist() == [len(PROMPT) + 3.0, 43.0]
@@ -54,8 +63,15 @@ def test_mining_finds_the_planted_important_token():
 
 def test_mining_with_no_mismatch_costs_no_regeneration():
     calls = []
-    mined = mine_prompt(PROMPT, list(CANON), lambda ids: [-1] * 2 + CANON[: len(ids) - 2],
-                        lambda ids, n: calls.append(1) or [], hidden_at, lambda r: True, len(CANON))
+    mined = mine_prompt(
+        PROMPT,
+        list(CANON),
+        lambda ids: [-1] * 2 + CANON[: len(ids) - 2],
+        lambda ids, n: calls.append(1) or [],
+        hidden_at,
+        lambda r: True,
+        len(CANON),
+    )
     assert mined.mismatches == [] and calls == []
 
 
@@ -64,21 +80,40 @@ def test_mismatches_after_a_settled_prefix_cost_no_regeneration():
     # without a regeneration, the swaps at 0 and 2 are still tried.
     # A regeneration stops where the outcome settles; a kept swap's response is then completed.
     calls = []
+
     def counted(ids, n, until=None):
         new = regenerate(ids, n, until)
         calls.append((len(ids) - len(PROMPT), len(new)))
         return new
-    mined = mine_prompt(PROMPT, list(CANON), draft_all, counted, hidden_at,
-                        lambda r: len(r) > 2 and r[2] == 42, len(CANON), settled=lambda r: len(r) > 2)
+
+    mined = mine_prompt(
+        PROMPT,
+        list(CANON),
+        draft_all,
+        counted,
+        hidden_at,
+        lambda r: len(r) > 2 and r[2] == 42,
+        len(CANON),
+        settled=lambda r: len(r) > 2,
+    )
     assert [(m.position, m.important) for m in mined.mismatches] == [(0, False), (2, True), (4, False)]
     # swap at 0: stopped after 2 tokens, completed with 3; swap at 2 is already settled
     assert calls == [(1, 2), (3, 3)]
     assert mined.final == [20, 11, 42, 12, 13, 14]  # nothing swapped after the outcome settled
 
 
-@pytest.mark.parametrize("text,settled", [
-    ("3 + 4 = 7.", True), ("3 + 4 = 7", False), ("3 + 4 = 1", False), ("= -2 ", True), ("7.", False),
-    ("The answer is 7. So 3 + 4 = ", False), ("3 + 4 = 12\n", True)])
+@pytest.mark.parametrize(
+    "text,settled",
+    [
+        ("3 + 4 = 7.", True),
+        ("3 + 4 = 7", False),
+        ("3 + 4 = 1", False),
+        ("= -2 ", True),
+        ("7.", False),
+        ("The answer is 7. So 3 + 4 = ", False),
+        ("3 + 4 = 12\n", True),
+    ],
+)
 def test_arithmetic_settles_when_the_stated_answer_has_ended(text, settled):
     assert arithmetic_settled(text) is settled
     if settled:  # no continuation changes the answer
@@ -88,11 +123,13 @@ def test_arithmetic_settles_when_the_stated_answer_has_ended(text, settled):
 
 def test_judge_training_separates_and_round_trips(tmp_path):
     rng = np.random.default_rng(0)
+
     def split(n):
         y = rng.integers(0, 2, n)
         x = rng.normal(size=(n, 6))
         x[:, 2] += 3.0 * y  # one informative direction
         return x, y
+
     judge = train_judge(*split(300), *split(120), provenance={"task": "synthetic"})
     assert judge.provenance["validation_roc_auc"] > 0.95
     assert judge.thresholds["recall_0.99"] <= judge.thresholds["recall_0.5"]

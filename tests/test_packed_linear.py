@@ -1,14 +1,15 @@
 """Packed projections: the same maps as the plain weights, and a head's drafting passes (no autograd)
 equal its training passes and follow weight updates."""
+
 import copy
 
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_models import head_pass_logits, tiny_llama
 
 from sagespec.common.drafters import EagleHead, EagleHeadConfig
 from sagespec.common.drafters.packed_linear import PackedLinear
-from tiny_models import head_pass_logits, tiny_llama
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
@@ -33,10 +34,10 @@ def test_drafting_pass_matches_training_pass_and_follows_updates():
     assert training.requires_grad and not drafting.requires_grad
     torch.testing.assert_close(drafting, training.detach(), rtol=1e-5, atol=1e-5)
 
-    sibling = copy.copy(head)   # a per-request copy shares the packed weights
+    sibling = copy.copy(head)  # a per-request copy shares the packed weights
     with torch.no_grad():
         assert sibling._packed() is head._packed()
-        head.up_proj.weight.mul_(2.0)   # an in-place update (an optimizer step) invalidates them
+        head.up_proj.weight.mul_(2.0)  # an in-place update (an optimizer step) invalidates them
         updated = head_pass_logits(sibling)
     torch.testing.assert_close(updated, head_pass_logits(head).detach(), rtol=1e-5, atol=1e-5)
     assert not torch.allclose(updated, drafting)

@@ -1,10 +1,11 @@
 """Paged tree attention (planned once per step, run per layer) equals the dense reference over the
 same keys, for strided and arbitrary block layouts, grouped-query heads and ragged batches; slot
 moves copy K and V exactly."""
+
 import pytest
 import torch
 
-from sagespec.common.tree import DraftTree, RaggedTrees, within_window
+from sagespec.common.tree import DraftTree, within_window
 from sagespec.kernels import tree_attention_reference
 from sagespec.kernels.paged_tree_attention import BlockLayout, PagedTreeAttentionPlan, move_slots
 
@@ -20,7 +21,7 @@ def vec_layout(bs=BS, d=D):
 def shuffled_layout(seed, bs=BS, d=D):
     """Any permutation of a region: exercises the non-strided path."""
     perm = torch.randperm(2 * bs * d, generator=torch.Generator().manual_seed(seed))
-    return BlockLayout(bs, d, perm[: bs * d].view(bs, d), perm[bs * d:].view(bs, d))
+    return BlockLayout(bs, d, perm[: bs * d].view(bs, d), perm[bs * d :].view(bs, d))
 
 
 def write(kv_flat, layout, slots, k, v):
@@ -31,9 +32,11 @@ def write(kv_flat, layout, slots, k, v):
 
 def make_case(layout, seed=0):
     g = torch.Generator().manual_seed(seed)
-    trees = [DraftTree.from_parents([1, 2, 3, 4, 5, 6], [-1, 0, 0, 1, 1, 2]),
-             DraftTree.from_parents(list(range(9)), [-1, 0, 1, 2, 0, 4, 0, 6, 7]),
-             DraftTree.chain(7, [8, 9, 10])]
+    trees = [
+        DraftTree.from_parents([1, 2, 3, 4, 5, 6], [-1, 0, 0, 1, 1, 2]),
+        DraftTree.from_parents(list(range(9)), [-1, 0, 1, 2, 0, 4, 0, 6, 7]),
+        DraftTree.chain(7, [8, 9, 10]),
+    ]
     prefixes = [5, 37, 16]
     num_blocks = 24
     kv = torch.zeros(num_blocks, HKV, layout.region_size)
@@ -50,7 +53,7 @@ def make_case(layout, seed=0):
         dense_k.append(k)
         dense_v.append(v)
         row_starts.append(row)
-        row += tree.num_nodes + 2          # rows of other work between requests
+        row += tree.num_nodes + 2  # rows of other work between requests
     query = torch.randn(row, HQ, D, generator=g)
     return trees, prefixes, tables, row_starts, kv, query, dense_k, dense_v
 
@@ -88,9 +91,15 @@ def test_plan_run_equals_dense_reference(layout, softcap, window):
         mask = visible(tree, prefix, window).reshape(-1)
         qo = torch.tensor([0, tree.num_nodes])
         kvp = torch.tensor([0, prefix + tree.num_nodes])
-        if softcap:   # the reference has no soft cap: apply it by scaling q into tanh's range per score
-            scores = torch.einsum("qhd,khd->hqk", query[rows].view(-1, HKV, HQ // HKV, D).flatten(1, 2),
-                                  k.repeat_interleave(HQ // HKV, 1)) * 0.2
+        if softcap:  # the reference has no soft cap: apply it by scaling q into tanh's range per score
+            scores = (
+                torch.einsum(
+                    "qhd,khd->hqk",
+                    query[rows].view(-1, HKV, HQ // HKV, D).flatten(1, 2),
+                    k.repeat_interleave(HQ // HKV, 1),
+                )
+                * 0.2
+            )
             scores = torch.tanh(scores / softcap) * softcap
             scores = scores.masked_fill(~visible(tree, prefix, window)[None], float("-inf"))
             want = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v.repeat_interleave(HQ // HKV, 1))
@@ -108,8 +117,8 @@ def test_plan_masks_other_branches():
     plan = PagedTreeAttentionPlan.build(layout, trees[:1], prefixes[:1], starts[:1], tables[:1])
     before = torch.zeros(query.shape[0], HQ * D)
     plan.run(query, kv, before)
-    slot = int(tables[0][0]) * BS + prefixes[0] + 2          # node 2: child of the root, not of node 1
-    ki, vi = layout.element_indices(torch.tensor([slot]), HKV)
+    slot = int(tables[0][0]) * BS + prefixes[0] + 2  # node 2: child of the root, not of node 1
+    _ki, vi = layout.element_indices(torch.tensor([slot]), HKV)
     kv.view(-1)[vi] += 10.0
     after = torch.zeros_like(before)
     plan.run(query, kv, after)
@@ -123,7 +132,7 @@ def test_move_slots_copies_k_and_v(layout):
     g = torch.Generator().manual_seed(0)
     kv = torch.randn(4, HKV, layout.region_size, generator=g)
     flat = kv.view(-1)
-    src, dst = torch.tensor([9, 20, 33]), torch.tensor([7, 8, 9])   # dst 9 is also a source: read first
+    src, dst = torch.tensor([9, 20, 33]), torch.tensor([7, 8, 9])  # dst 9 is also a source: read first
     k_src, v_src = (flat[i].clone() for i in layout.element_indices(src, HKV))
     ks, vs = layout.element_indices(src, HKV)
     kd, vd = layout.element_indices(dst, HKV)
@@ -153,15 +162,21 @@ def test_token_pool_run_equals_dense_reference(window):
     prefixes, starts = [11, 4], [0, 9]
     k_buffer, v_buffer = torch.randn(64, HKV, D, generator=g), torch.randn(64, HKV, D, generator=g)
     free = torch.randperm(64, generator=g)
-    tables = [free[:20], free[20:40]]                   # each request's slot of each position
+    tables = [free[:20], free[20:40]]  # each request's slot of each position
     query = torch.randn(14, HQ, D, generator=g)
     plan = PagedTreeAttentionPlan.build(BlockLayout.token_pool(D), trees, prefixes, starts, tables, window=window)
     output = torch.full((14, HQ * D), 123.0)
     plan.run_token_pool(query, k_buffer, v_buffer, output, scale=0.3)
     for tree, prefix, start, table in zip(trees, prefixes, starts, tables):
         rows, slots = slice(start, start + tree.num_nodes), table[: prefix + tree.num_nodes]
-        want = tree_attention_reference(query[rows], k_buffer[slots], v_buffer[slots], torch.tensor([0, tree.num_nodes]),
-                                        torch.tensor([0, slots.numel()]), visible(tree, prefix, window).reshape(-1),
-                                        sm_scale=0.3)
+        want = tree_attention_reference(
+            query[rows],
+            k_buffer[slots],
+            v_buffer[slots],
+            torch.tensor([0, tree.num_nodes]),
+            torch.tensor([0, slots.numel()]),
+            visible(tree, prefix, window).reshape(-1),
+            sm_scale=0.3,
+        )
         torch.testing.assert_close(output[rows].view(-1, HQ, D), want, rtol=1e-5, atol=1e-5)
     assert (output[6:9] == 123.0).all()

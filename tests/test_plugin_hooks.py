@@ -1,4 +1,5 @@
 """Patch bookkeeping and contract checks shared by the engine plugins (no engine needed)."""
+
 import sys
 import types
 
@@ -27,17 +28,21 @@ def _tag(tag):
     def make(original):
         def wrapper(self, *args):
             return (tag, original(self, *args))
+
         return wrapper
+
     return make
 
 
 def test_contract_lists_every_difference(fake_engine):
-    hooks = [Hook("fake_engine_mod:Runner", kind="class"),
-             Hook("fake_engine_mod:Runner.step", params=("batch", "metadata")),
-             Hook("fake_engine_mod:Runner.step", params=("batch", "positions")),
-             Hook("fake_engine_mod:Runner.gone"),
-             Hook("fake_engine_mod:Runner.sample", kind="class"),
-             Hook("no_such_engine_module:thing")]
+    hooks = [
+        Hook("fake_engine_mod:Runner", kind="class"),
+        Hook("fake_engine_mod:Runner.step", params=("batch", "metadata")),
+        Hook("fake_engine_mod:Runner.step", params=("batch", "positions")),
+        Hook("fake_engine_mod:Runner.gone"),
+        Hook("fake_engine_mod:Runner.sample", kind="class"),
+        Hook("no_such_engine_module:thing"),
+    ]
     diffs = check_contract(hooks)
     assert len(diffs) == 4
     assert "expected to start with ['batch', 'positions']" in diffs[0]
@@ -54,7 +59,7 @@ def test_patches_install_once_and_undo(fake_engine):
     assert p.apply() is True
     r = fake_engine.Runner()
     assert r.step(1, 2) == ("ours", ("step", 1))
-    assert p.apply() is False          # idempotent: a second registration changes nothing
+    assert p.apply() is False  # idempotent: a second registration changes nothing
     assert r.step(1, 2) == ("ours", ("step", 1))
     # The contract still checks the engine's own signature beneath our wrapper.
     assert check_contract([Hook("fake_engine_mod:Runner.step", params=("batch", "metadata"))]) == []
@@ -68,4 +73,4 @@ def test_patches_are_all_or_nothing(fake_engine):
     p.add("fake_engine_mod:Runner", "missing_attribute", _tag("ours"))
     with pytest.raises(AttributeError):
         p.apply()
-    assert fake_engine.Runner().step(1, 2) == ("step", 1)   # the first one was not installed either
+    assert fake_engine.Runner().step(1, 2) == ("step", 1)  # the first one was not installed either

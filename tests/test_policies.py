@@ -1,8 +1,16 @@
 import pytest
 
 from sagespec.common.params import ConfigError
-from sagespec.common.policies import (ChainPolicy, DecodeState, DynamicPolicy, SagePolicy, StaticPolicy, StepStats,
-                                      calibrate_thresholds, make_policy)
+from sagespec.common.policies import (
+    ChainPolicy,
+    DecodeState,
+    DynamicPolicy,
+    SagePolicy,
+    StaticPolicy,
+    StepStats,
+    calibrate_thresholds,
+    make_policy,
+)
 
 
 def observe(policy, h):
@@ -19,7 +27,7 @@ def test_sage_shape_follows_entropy(mode):
     depths = [s.depth for s in shapes]
     widths = [s.width for s in shapes]
     assert depths == sorted(depths, reverse=True) and depths[0] > depths[-1]  # confident: deep
-    assert widths == sorted(widths) and widths[0] < widths[-1]                # uncertain: wide
+    assert widths == sorted(widths) and widths[0] < widths[-1]  # uncertain: wide
     assert all(s.budget == 16 for s in shapes)
 
 
@@ -51,18 +59,21 @@ def test_static_and_chain_and_dynamic():
     assert (d.depth, d.width, d.budget, d.paths) == (3, 2, 6, None)
 
 
-@pytest.mark.parametrize("name,kw,match", [
-    ("sage", {"budget": 0}, "budget=0"),
-    ("sage", {"ema": 0.0}, "ema=0.0"),
-    ("sage", {"max_depth": 1, "min_depth": 3}, "max_depth=1"),
-    ("sage", {"mode": "fancy"}, "mode='fancy'"),
-    ("sage", {"thresholds": (2.0, 1.0)}, "ascending"),
-    ("sage", {"bogus": 1}, "bogus"),
-    ("chain", {"depth": 0}, "depth=0"),
-    ("dynamic", {"width": 100}, "width=100"),
-    ("static", {"paths": [(0,), (1, 0)]}, "no parent path"),
-    ("nope", {}, "unknown"),
-])
+@pytest.mark.parametrize(
+    "name,kw,match",
+    [
+        ("sage", {"budget": 0}, "budget=0"),
+        ("sage", {"ema": 0.0}, "ema=0.0"),
+        ("sage", {"max_depth": 1, "min_depth": 3}, "max_depth=1"),
+        ("sage", {"mode": "fancy"}, "mode='fancy'"),
+        ("sage", {"thresholds": (2.0, 1.0)}, "ascending"),
+        ("sage", {"bogus": 1}, "bogus"),
+        ("chain", {"depth": 0}, "depth=0"),
+        ("dynamic", {"width": 100}, "width=100"),
+        ("static", {"paths": [(0,), (1, 0)]}, "no parent path"),
+        ("nope", {}, "unknown"),
+    ],
+)
 def test_bad_parameters_name_the_key(name, kw, match):
     with pytest.raises(ConfigError, match=match):
         make_policy(name, **kw)

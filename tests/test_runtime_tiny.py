@@ -1,20 +1,28 @@
 """The reference runtime on tiny random Llama models: greedy identity for every drafter x policy,
 a model drafting for itself accepts everything, and sampling matches the target's distribution."""
+
 import copy
 
 import pytest
 import torch
+from distribution_stats import chi_square_pvalue
+from tiny_models import tiny_llama
 
-from sagespec.common.drafters import (LOOKUP_DRAFTERS, DraftModelDrafter, EagleDrafter, EagleHead, EagleHeadConfig,
-                                      NgramDrafter, lookup_drafters)
+from sagespec.common.drafters import (
+    LOOKUP_DRAFTERS,
+    DraftModelDrafter,
+    EagleDrafter,
+    EagleHead,
+    EagleHeadConfig,
+    NgramDrafter,
+    lookup_drafters,
+)
 from sagespec.common.params import ConfigError
 from sagespec.common.policies import POLICIES, SagePolicy, StaticPolicy, make_policy
 from sagespec.common.sampling import SamplingParams
 from sagespec.common.sizing import LatencyModel, Sizer
-from sagespec.plugins.transformers.runtime import SpeculativeGenerator
 from sagespec.plugins._hf_tree_lm import HFTreeLM
-from distribution_stats import chi_square_pvalue
-from tiny_models import tiny_llama
+from sagespec.plugins.transformers.runtime import SpeculativeGenerator
 
 PROMPT = [1, 5, 7, 9, 5, 7, 9, 5, 7, 11, 3]
 
@@ -29,7 +37,7 @@ def oracle(target):
     ref = copy.deepcopy(target)  # stock attention, stock generate
     ref.set_attn_implementation("sdpa")
     out = ref.generate(torch.tensor([PROMPT]), max_new_tokens=48, min_new_tokens=48, do_sample=False)
-    return out[0, len(PROMPT):].tolist()
+    return out[0, len(PROMPT) :].tolist()
 
 
 def make_drafter(name, target, seed=1):
@@ -37,10 +45,11 @@ def make_drafter(name, target, seed=1):
         # The tiny model's text repeats only in short matches: let suffix drafts outrun them, so
         # chains get more than one node to verify.
         return lookup_drafters(name, {"max_spec_factor": 4.0} if name == "suffix" else {})()
-    if name == "draft-model":
+    if name == "draft_model":
         return DraftModelDrafter(HFTreeLM(tiny_llama(seed=seed)))
-    head = EagleHead.random(EagleHeadConfig.for_target(target.config), target.model.embed_tokens.weight,
-                            target.lm_head.weight, seed=seed)
+    head = EagleHead.random(
+        EagleHeadConfig.for_target(target.config), target.model.embed_tokens.weight, target.lm_head.weight, seed=seed
+    )
     return EagleDrafter(head)
 
 
@@ -50,7 +59,7 @@ def generator(target, drafter, policy, **kw):
 
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))
-@pytest.mark.parametrize("drafter", ["ngram", "suffix", "draft-model", "eagle"])
+@pytest.mark.parametrize("drafter", ["ngram", "suffix", "draft_model", "eagle"])
 def test_greedy_identity(target, oracle, drafter, policy):
     gen = generator(target, make_drafter(drafter, target), make_policy(policy))
     res = gen.generate(PROMPT, 48)
@@ -59,7 +68,7 @@ def test_greedy_identity(target, oracle, drafter, policy):
     assert max(res.nodes_per_step) > 1  # real trees/chains were drafted, not root-only steps
 
 
-@pytest.mark.parametrize("drafter", ["ngram", "suffix", "draft-model", "eagle"])
+@pytest.mark.parametrize("drafter", ["ngram", "suffix", "draft_model", "eagle"])
 def test_greedy_identity_with_cost_aware_sizing(target, oracle, drafter):
     sizer = Sizer(12)
     gen = generator(target, make_drafter(drafter, target), SagePolicy(budget=12), sizer=sizer)
@@ -67,7 +76,7 @@ def test_greedy_identity_with_cost_aware_sizing(target, oracle, drafter):
     assert sorted(measured) == [1, 2, 4, 8, 16] and all(t > 0 for t in measured.values())
     res = gen.generate(PROMPT, 48)
     assert res.tokens == oracle
-    assert sizer.latency.samples > len(measured)   # refined by the run's own steps
+    assert sizer.latency.samples > len(measured)  # refined by the run's own steps
 
 
 def steep_latency(per_token: float = 0.1) -> LatencyModel:
@@ -107,12 +116,12 @@ def test_eos_stops_generation(target, oracle):
 
 
 def test_lossy_rule_is_flagged_and_bad_rules_refused(target):
-    res = generator(target, NgramDrafter(), make_policy("chain"), rule="typical").generate(PROMPT, 8)
+    res = generator(target, NgramDrafter(), make_policy("chain"), acceptance="typical").generate(PROMPT, 8)
     assert res.lossless is False
     with pytest.raises(ConfigError, match="unknown"):
-        generator(target, NgramDrafter(), make_policy("chain"), rule="yolo").generate(PROMPT, 8)
+        generator(target, NgramDrafter(), make_policy("chain"), acceptance="yolo").generate(PROMPT, 8)
     with pytest.raises(ConfigError, match="temperature 0"):
-        generator(target, None, None, rule="greedy").generate(PROMPT, 4, SamplingParams(1.0))
+        generator(target, None, None, acceptance="greedy").generate(PROMPT, 4, SamplingParams(1.0))
 
 
 # ---- sampling at temperature 1: Monte Carlo against the exact target distribution -----------
@@ -127,13 +136,13 @@ def exact_pair_distribution(model, prompt):
         seqs = torch.tensor([prompt + [a, b] for a in range(V_SMALL) for b in range(V_SMALL)])
         logits = model(seqs).logits.double()
     p2 = torch.softmax(logits[:, -2], -1).view(V_SMALL, V_SMALL, V_SMALL)[:, 0]  # p(t2 | t1)
-    p3 = torch.softmax(logits[:, -1], -1).view(V_SMALL, V_SMALL, V_SMALL)      # p(t3 | t1, t2)
+    p3 = torch.softmax(logits[:, -1], -1).view(V_SMALL, V_SMALL, V_SMALL)  # p(t3 | t1, t2)
     joint = p1[:, None, None] * p2[:, :, None] * p3
     return joint.sum(0)
 
 
 def sample_pairs(target, drafter, policy, rule, n, sizer=None):
-    gen = generator(target, drafter, policy, rule=rule, sizer=sizer)
+    gen = generator(target, drafter, policy, acceptance=rule, sizer=sizer)
     counts = torch.zeros(V_SMALL, V_SMALL, dtype=torch.float64)
     for seed in range(n):
         t = gen.generate([1, 2, 3], 3, SamplingParams(1.0), seed=seed).tokens
@@ -148,9 +157,11 @@ def small_pair():
     return target, draft, exact_pair_distribution(target, [1, 2, 3])
 
 
-@pytest.mark.parametrize("sampled,policy,sized", [(True, "chain", False), (False, "sage", False),
-                                                  (False, "sage", True), (True, "sage", True)],
-                         ids=["iid-chain", "topk-sage-tree", "topk-sage-tree-sized", "iid-sage-tree-sized"])
+@pytest.mark.parametrize(
+    "sampled,policy,sized",
+    [(True, "chain", False), (False, "sage", False), (False, "sage", True), (True, "sage", True)],
+    ids=["iid-chain", "topk-sage-tree", "topk-sage-tree-sized", "iid-sage-tree-sized"],
+)
 def test_sampling_matches_target_distribution(small_pair, sampled, policy, sized):
     target, draft, exact = small_pair
     drafter = DraftModelDrafter(HFTreeLM(copy.deepcopy(draft)), sample_children=sampled)
@@ -158,7 +169,7 @@ def test_sampling_matches_target_distribution(small_pair, sampled, policy, sized
     counts = sample_pairs(target, drafter, make_policy(policy), "auto", 1200, sizer)
     assert chi_square_pvalue(counts.flatten(), exact.flatten()) > 1e-3
     if sized:
-        assert 0 < sizer.kept_share < 1 or sampled   # sizing did cut trees (sampled ones stay whole)
+        assert 0 < sizer.kept_share < 1 or sampled  # sizing did cut trees (sampled ones stay whole)
 
 
 def test_sampling_test_detects_a_lossy_rule(small_pair):

@@ -2,14 +2,23 @@
 Speculator with a sizer does over many steps (a drafter never accepted ends up drafting nothing; a
 perfect one keeps growing its trees). Verification stays exact: sizing only picks which nodes go
 to the verifier."""
+
+import itertools
+
 import numpy as np
 import pytest
 import torch
 
 from sagespec.common.policies import ChainPolicy, SagePolicy
 from sagespec.common.sampling import SamplingParams
-from sagespec.common.sizing import (AcceptanceCalibration, LatencyModel, RequestBudget, Sizer, accepted_path,
-                                    conditional_scores)
+from sagespec.common.sizing import (
+    AcceptanceCalibration,
+    LatencyModel,
+    RequestBudget,
+    Sizer,
+    accepted_path,
+    conditional_scores,
+)
 from sagespec.common.speculator import DraftRequest, Speculator, VerifyCheck
 from sagespec.common.tree import DraftTree
 from sagespec.common.verify.acceptance import Acceptance
@@ -28,9 +37,9 @@ def measured_latency(per_token: float, fixed: float = 1.0) -> LatencyModel:
 def test_latency_model_interpolates_its_profile_and_learns_what_steps_add():
     model = measured_latency(0.01)
     assert model.forward(1) == pytest.approx(1.01) and model.forward(64) == pytest.approx(1.64)
-    assert model.forward(48) == pytest.approx(1.48)                    # between measured sizes
-    assert model.forward(512) == pytest.approx(1.0 + 0.01 * 512)       # beyond: the last slope
-    assert np.all(np.diff(model.forward(np.arange(1, 300))) >= 0)     # never cheaper with more tokens
+    assert model.forward(48) == pytest.approx(1.48)  # between measured sizes
+    assert model.forward(512) == pytest.approx(1.0 + 0.01 * 512)  # beyond: the last slope
+    assert np.all(np.diff(model.forward(np.arange(1, 300))) >= 0)  # never cheaper with more tokens
     assert model.step(10, trees=True) == model.step(10, trees=False)  # no step seen: trees cost alike
     for _ in range(80):
         model.observe_step(10, model.forward(10) + 0.3)
@@ -38,7 +47,7 @@ def test_latency_model_interpolates_its_profile_and_learns_what_steps_add():
         model.observe_overhead(0.05)
     assert model.offset(False) == pytest.approx(0.3, rel=0.01) and model.offset(True) == pytest.approx(0.5, rel=0.01)
     assert model.step(20, trees=True) == pytest.approx(model.forward(20) + 0.5 + 0.05, rel=0.01)
-    model.observe_step(100_000, 1e6)                                   # far past the profile: ignored
+    model.observe_step(100_000, 1e6)  # far past the profile: ignored
     assert model.offset(False) == pytest.approx(0.3, rel=0.01)
     assert model.summary()["tree_samples"] == 80
 
@@ -64,7 +73,7 @@ def test_conditional_scores_come_from_each_drafter_kind():
     head = DraftTree.from_parents([1, 5, 6], [-1, 0, 1], draft_probs=q)
     assert conditional_scores(head).tolist() == pytest.approx([1.0, 0.8, 0.3])
     lookup = DraftTree.from_parents([1, 5, 6, 7], [-1, 0, 0, 1])
-    assert conditional_scores(lookup).tolist() == pytest.approx([1.0, 1.0, 0.5, 1.0])   # 1 / (sibling rank + 1)
+    assert conditional_scores(lookup).tolist() == pytest.approx([1.0, 1.0, 0.5, 1.0])  # 1 / (sibling rank + 1)
     counted = DraftTree.from_parents([1, 5, 6], [-1, 0, 0], confidence=torch.tensor([1.0, 0.75, 0.25]))
     assert conditional_scores(counted).tolist() == pytest.approx([1.0, 0.75, 0.25])
 
@@ -74,10 +83,10 @@ def test_calibration_learns_observed_acceptance_and_values_fall_along_paths():
     chain = DraftTree.chain(1, [2, 3, 4])
     before = calibration.node_values(chain)
     for _ in range(200):
-        calibration.observe(chain, [0])          # the first node is always rejected
+        calibration.observe(chain, [0])  # the first node is always rejected
     after = calibration.node_values(chain)
     assert after[1] < 0.05 < before[1]
-    assert all(a >= b for a, b in zip(after, after[1:]))
+    assert all(a >= b for a, b in itertools.pairwise(after))
     assert accepted_path(DraftTree.from_parents([1, 5, 6, 7], [-1, 0, 0, 2]), [6, 7, 9]) == [0, 2, 3]
 
 
@@ -89,7 +98,7 @@ def test_sizing_keeps_trees_parents_first_and_shrinks_to_nothing_at_large_batche
         trees.append(DraftTree.from_parents(rng.integers(0, VOCAB, 10).tolist(), parents))
     cheap = Sizer(16, measured_latency(0.0005))
     cut = cheap.size(trees[:1], [RequestBudget(9)], 1, 1, 0.0)[0]
-    assert 0 < cut.num_drafted <= 9                     # a subtree: from_parents checked parents precede
+    assert 0 < cut.num_drafted <= 9  # a subtree: from_parents checked parents precede
     assert set(cut.tokens.tolist()) <= set(trees[0].tokens.tolist())
     # Compute-bound verify (every token costs as much as a step's fixed part): nobody speculates.
     costly = Sizer(16, measured_latency(1.0, fixed=0.1))
@@ -102,12 +111,13 @@ def test_sampled_children_are_verified_whole():
     tree = DraftTree.from_parents([1, 5, 6], [-1, 0, 0], draft_probs=q, sampled_children=True)
     budget = RequestBudget(2)
     out = Sizer(8, measured_latency(1.0)).size([tree], [budget], 1, 1, 0.0)[0]
-    assert out is tree                                  # not cut by its own sampled values
-    assert budget.skip > 0                              # but it drafts nothing the next step
+    assert out is tree  # not cut by its own sampled values
+    assert budget.skip > 0  # but it drafts nothing the next step
 
 
 class FixedLine:
     """A stand-in target: after token t it always says (3 t + 1) mod VOCAB."""
+
     @staticmethod
     def next(token: int) -> int:
         return (3 * token + 1) % VOCAB
@@ -121,6 +131,7 @@ class FixedLine:
 
 class LineDrafter:
     """Drafts chains along the stand-in's line (`right`) or one token off it everywhere."""
+
     def __init__(self, right: bool):
         self.right = right
 
@@ -151,14 +162,14 @@ def decode(drafter, steps: int, latency: LatencyModel, max_budget: int = 16):
     expected = [3]
     while len(expected) < len(line):
         expected.append(FixedLine.next(expected[-1]))
-    assert line == expected   # lossless whatever was drafted
+    assert line == expected  # lossless whatever was drafted
     return nodes, emitted
 
 
 def test_a_drafter_never_accepted_ends_up_drafting_nothing():
     nodes, emitted = decode(LineDrafter(right=False), 300, measured_latency(0.02))
-    assert sum(nodes[:20]) > 0                # it was tried
-    assert sum(nodes[150:]) == 0              # and then left alone
+    assert sum(nodes[:20]) > 0  # it was tried
+    assert sum(nodes[150:]) == 0  # and then left alone
     assert all(e == 1 for e in emitted)
 
 

@@ -1,18 +1,26 @@
 """The real default model (SmolLM2-135M-Instruct, fp32): greedy identity for every drafter x policy
 on MT-Bench prompts, against transformers' own greedy generate."""
+
 import copy
 
 import pytest
 import torch
+from tiny_models import tiny_llama
 
 from sagespec.common.datasets import load_prompts
-from sagespec.common.drafters import (LOOKUP_DRAFTERS, DraftModelDrafter, EagleDrafter, EagleHead, EagleHeadConfig,
-                                      check_shared_vocabulary, lookup_drafters)
+from sagespec.common.drafters import (
+    LOOKUP_DRAFTERS,
+    DraftModelDrafter,
+    EagleDrafter,
+    EagleHead,
+    EagleHeadConfig,
+    check_shared_vocabulary,
+    lookup_drafters,
+)
 from sagespec.common.params import ConfigError
 from sagespec.common.policies import POLICIES, make_policy
-from sagespec.plugins.transformers.runtime import SpeculativeGenerator
 from sagespec.plugins._hf_tree_lm import HFTreeLM
-from tiny_models import tiny_llama
+from sagespec.plugins.transformers.runtime import SpeculativeGenerator
 
 NUM_PROMPTS, NEW_TOKENS = 4, 64
 
@@ -29,9 +37,10 @@ def oracle(smollm2_fp32, prompts):
     eos = smollm2_fp32.eos_ids()
     outs = []
     for ids in prompts:
-        out = ref.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=eos,
-                           pad_token_id=eos[0])
-        outs.append(out[0, len(ids):].tolist())
+        out = ref.generate(
+            torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=eos, pad_token_id=eos[0]
+        )
+        outs.append(out[0, len(ids) :].tolist())
     return outs
 
 
@@ -39,7 +48,7 @@ def drafter_for(name, target):
     m = target.model
     if name in LOOKUP_DRAFTERS:
         return lookup_drafters(name, {})()
-    if name == "draft-model":  # a small random draft over the same vocabulary
+    if name == "draft_model":  # a small random draft over the same vocabulary
         return DraftModelDrafter(HFTreeLM(tiny_llama(vocab_size=m.config.vocab_size, layers=1, seed=5)))
     cfg = EagleHeadConfig.for_target(m.config)
     return EagleDrafter(EagleHead.random(cfg, m.model.embed_tokens.weight, m.lm_head.weight))
@@ -47,11 +56,15 @@ def drafter_for(name, target):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", sorted(POLICIES))
-@pytest.mark.parametrize("drafter", ["ngram", "draft-model", "eagle"])
+@pytest.mark.parametrize("drafter", ["ngram", "draft_model", "eagle"])
 def test_greedy_identity_on_smollm2(smollm2_fp32, prompts, oracle, drafter, policy):
     d = drafter_for(drafter, smollm2_fp32)
-    gen = SpeculativeGenerator(HFTreeLM(smollm2_fp32.model, hidden_layer_ids=d.needs.hidden_layer_ids), d,
-                               make_policy(policy), eos_token_ids=smollm2_fp32.eos_ids())
+    gen = SpeculativeGenerator(
+        HFTreeLM(smollm2_fp32.model, hidden_layer_ids=d.needs.hidden_layer_ids),
+        d,
+        make_policy(policy),
+        eos_token_ids=smollm2_fp32.eos_ids(),
+    )
     drafted = 0
     for ids, expected in zip(prompts, oracle):
         res = gen.generate(ids, NEW_TOKENS)
@@ -62,10 +75,14 @@ def test_greedy_identity_on_smollm2(smollm2_fp32, prompts, oracle, drafter, poli
 
 @pytest.mark.slow
 def test_suffix_drafts_a_repeated_request_from_the_first_answer_on_smollm2(smollm2_fp32, prompts, oracle):
-    gen = SpeculativeGenerator(HFTreeLM(smollm2_fp32.model), drafter_for("suffix", smollm2_fp32),
-                               make_policy("sage"), eos_token_ids=smollm2_fp32.eos_ids())
+    gen = SpeculativeGenerator(
+        HFTreeLM(smollm2_fp32.model),
+        drafter_for("suffix", smollm2_fp32),
+        make_policy("sage"),
+        eos_token_ids=smollm2_fp32.eos_ids(),
+    )
     first = [gen.generate(ids, NEW_TOKENS) for ids in prompts]
-    again = [gen.generate(ids, NEW_TOKENS) for ids in prompts]   # every answer is in the cache now
+    again = [gen.generate(ids, NEW_TOKENS) for ids in prompts]  # every answer is in the cache now
     assert [r.tokens for r in first] == [r.tokens for r in again] == oracle
     tau_first = sum(len(r.tokens) for r in first) / sum(r.steps for r in first)
     tau_again = sum(len(r.tokens) for r in again) / sum(r.steps for r in again)
@@ -89,6 +106,7 @@ def test_shipped_head_loads_and_matches_its_manifest(smollm2_fp32):
 
     from sagespec.common.shipped import shipped_head
     from sagespec.plugins.transformers.factory import make_drafter
+
     folder = shipped_head("smollm2")
     assert folder is not None
     manifest = json.loads((folder / "MANIFEST.json").read_text())

@@ -1,4 +1,5 @@
 """StepTimes sums wall-clock time per section, including time spent in a section that raised."""
+
 import time
 
 import pytest
@@ -25,8 +26,7 @@ def test_sections_accumulate_and_report_every_known_section():
 
 def test_a_section_that_raises_still_counts():
     times = StepTimes()
-    with pytest.raises(RuntimeError):
-        with times("tree_attention"):
-            time.sleep(0.01)
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), times("tree_attention"):
+        time.sleep(0.01)
+        raise RuntimeError("boom")
     assert times.totals()["tree_attention"] >= 0.01

@@ -1,6 +1,7 @@
 """The suffix drafter: its cache finds exactly the longest matches a brute-force scan finds (across
 requests, never across a request's end, forgetting evicted text), its trees follow continuation
 counts, later requests draft from earlier ones through the speculator, and bad options are named."""
+
 import threading
 
 import numpy as np
@@ -47,7 +48,7 @@ sequences = st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=60), min_s
 @settings(max_examples=60, deadline=None)
 @given(sequences, st.lists(st.integers(0, 5), min_size=2, max_size=20), st.integers(2, 12))
 def test_cache_finds_every_longest_match_a_scan_finds(seqs, context, max_match):
-    cache = SuffixCache(max_tokens=1024, max_candidates=4096)   # small: sequences wrap and evict
+    cache = SuffixCache(max_tokens=1024, max_candidates=4096)  # small: sequences wrap and evict
     for seq in seqs:
         cache.add(seq)
     first, text = live_text(cache)
@@ -67,9 +68,9 @@ def test_matches_never_cross_a_request_end_and_continuations_stop_there():
     cache = SuffixCache(max_tokens=1024)
     cache.add([1, 2, 3])
     cache.add([4, 5, 6, 7])
-    assert cache.matches(np.array([9, 3, 4]), 8) == (1, [4])          # 4 alone: 3|4 spans two requests
+    assert cache.matches(np.array([9, 3, 4]), 8) == (1, [4])  # 4 alone: 3|4 spans two requests
     length, ends = cache.matches(np.array([9, 2, 3]), 8)
-    assert (length, cache.continuations(ends, 5)) == (2, [[]])      # nothing followed 2 3
+    assert (length, cache.continuations(ends, 5)) == (2, [[]])  # nothing followed 2 3
     length, ends = cache.matches(np.array([4, 5]), 8)
     assert (length, cache.continuations(ends, 5)) == (2, [[6, 7]])
     assert cache.tokens[3] == SEPARATOR
@@ -80,7 +81,7 @@ def test_evicted_text_is_forgotten_and_memory_stays_fixed():
     cache.add([7, 8, 9, 10])
     size = cache.tokens.nbytes + cache.prev.nbytes + cache.head.nbytes
     for i in range(50):
-        cache.add(list(range(100 + i * 40, 140 + i * 40)))           # distinct text, 2000+ tokens
+        cache.add(list(range(100 + i * 40, 140 + i * 40)))  # distinct text, 2000+ tokens
     assert cache.matches(np.array([7, 8, 9]), 8) == (0, [])
     assert cache.matches(np.array([2058, 2059]), 8)[0] == 2
     assert cache.tokens.nbytes + cache.prev.nbytes + cache.head.nbytes == size
@@ -97,11 +98,11 @@ def test_trees_follow_counts_within_width_depth_budget_and_min_prob():
     tree = frequency_tree(0, conts, depth=3, width=2, budget=10, min_prob=0.0)
     paths = {tuple(tree.tokens[tree.path_to(n)].tolist()[1:]) for n in range(1, tree.num_nodes)}
     assert paths == {(1,), (6,), (1, 2), (1, 5), (1, 2, 3), (1, 2, 4)}
-    assert tree.tokens[tree.children(0)[0]] == 1                         # most counted child is rank 0
+    assert tree.tokens[tree.children(0)[0]] == 1  # most counted child is rank 0
     narrow = frequency_tree(0, conts, depth=2, width=1, budget=10, min_prob=0.0)
     assert narrow.tokens.tolist() == [0, 1, 2]
     frequent = frequency_tree(0, conts, depth=3, width=4, budget=10, min_prob=0.5)
-    assert frequent.tokens.tolist() == [0, 1, 2]                        # 1: 4/5, 2: 3/5, 3: 2/5 cut
+    assert frequent.tokens.tolist() == [0, 1, 2]  # 1: 4/5, 2: 3/5, 3: 2/5 cut
     assert frequency_tree(0, conts, depth=3, width=4, budget=2, min_prob=0.0).num_drafted == 2
 
 
@@ -117,14 +118,14 @@ def test_static_topologies_keep_their_ranks():
 
 
 def test_a_later_request_drafts_what_an_earlier_one_said():
-    policy = lambda: DynamicPolicy(depth=6, width=2, budget=8)   # noqa: E731
+    policy = lambda: DynamicPolicy(depth=6, width=2, budget=8)  # noqa: E731
     speculator = Speculator(policy, lookup_drafters("suffix", {}), Acceptance("strict"))
     answer = list(range(40, 56))
     speculator.draft([DraftRequest("a", torch.tensor([1, 2, 3, *answer]))])
-    speculator.retain([])                                      # "a" ends: its text joins the cache
+    speculator.retain([])  # "a" ends: its text joins the cache
     later = torch.tensor([9, 9, 1, 2, 3, 40, 41, 42])
     tree = speculator.draft([DraftRequest("b", later)])[0]
-    assert tree.tokens[tree.path_to(tree.num_nodes - 1)].tolist() == answer[2:9]   # root 42, then 6 deep
+    assert tree.tokens[tree.path_to(tree.num_nodes - 1)].tolist() == answer[2:9]  # root 42, then 6 deep
     alone = Speculator(policy, lookup_drafters("suffix", {}), Acceptance("strict"))
     assert alone.draft([DraftRequest("b", later)])[0].num_drafted == 0
 
@@ -133,11 +134,12 @@ def test_short_matches_draft_little():
     cache = SuffixCache(max_tokens=1024)
     cache.add([1, 2, 3, 4, 5, 6, 7, 8, 9])
     shape = TreeShape(depth=8, width=1, budget=8)
-    draft = lambda factor, context: SuffixDrafter(cache, max_spec_factor=factor).propose(   # noqa: E731
-        DraftContext(torch.tensor(context)), shape, SamplingParams(), None)
-    assert draft(1.0, [0, 2, 3]).tokens.tolist() == [3, 4, 5]                 # match 2: 2 drafted
-    assert draft(1.0, [1, 2, 3]).tokens.tolist() == [3, 4, 5, 6]              # match 3: 3 drafted
-    assert draft(4.0, [0, 2, 3]).tokens.tolist() == [3, 4, 5, 6, 7, 8, 9]     # up to the sequence's end
+    draft = lambda factor, context: SuffixDrafter(cache, max_spec_factor=factor).propose(  # noqa: E731
+        DraftContext(torch.tensor(context)), shape, SamplingParams(), None
+    )
+    assert draft(1.0, [0, 2, 3]).tokens.tolist() == [3, 4, 5]  # match 2: 2 drafted
+    assert draft(1.0, [1, 2, 3]).tokens.tolist() == [3, 4, 5, 6]  # match 3: 3 drafted
+    assert draft(4.0, [0, 2, 3]).tokens.tolist() == [3, 4, 5, 6, 7, 8, 9]  # up to the sequence's end
 
 
 def test_the_cache_is_safe_under_concurrent_requests():
@@ -150,9 +152,9 @@ def test_the_cache_is_safe_under_concurrent_requests():
         try:
             for _ in range(200):
                 cache.add(local.integers(0, 20, 30))
-                length, ends = cache.matches(local.integers(0, 20, 8), 8)
+                _length, ends = cache.matches(local.integers(0, 20, 8), 8)
                 cache.continuations(ends, 4)
-        except Exception as e:  # noqa: BLE001 - any failure in a thread fails the test
+        except Exception as e:
             failures.append(e)
 
     threads = [threading.Thread(target=work, args=(int(rng.integers(1 << 30)),)) for _ in range(4)]
@@ -162,20 +164,23 @@ def test_the_cache_is_safe_under_concurrent_requests():
         t.join()
     assert not failures
     assert cache.sequences == 800
-    first, text = live_text(cache)
-    context = np.array(text[-5:-1])                              # a live sequence's end: found again
+    _first, text = live_text(cache)
+    context = np.array(text[-5:-1])  # a live sequence's end: found again
     assert cache.matches(context, 8)[0] >= 2
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"max_cached_tokens": 0}, "max_cached_tokens=0 is out of range; allowed: 1024 <= max_cached_tokens"),
-    ({"max_candidates": 0}, "max_candidates=0 is out of range"),
-    ({"min_prob": 1.5}, "min_prob=1.5 is out of range"),
-    ({"min_match": 0}, "min_match=0 is out of range"),
-    ({"min_match": 3, "max_match": 2}, "max_match=2 is out of range"),
-    ({"max_spec_factor": 0}, "max_spec_factor=0.0 is out of range; allowed: 0.0 < max_spec_factor"),
-    ({"window": 3}, "unknown option(s) ['window']"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"max_cached_tokens": 0}, "max_cached_tokens=0 is out of range; allowed: 1024 <= max_cached_tokens"),
+        ({"max_candidates": 0}, "max_candidates=0 is out of range"),
+        ({"min_prob": 1.5}, "min_prob=1.5 is out of range"),
+        ({"min_match": 0}, "min_match=0 is out of range"),
+        ({"min_match": 3, "max_match": 2}, "max_match=2 is out of range"),
+        ({"max_spec_factor": 0}, "max_spec_factor=0.0 is out of range; allowed: 0.0 < max_spec_factor"),
+        ({"window": 3}, "unknown option(s) ['window']"),
+    ],
+)
 def test_bad_options_name_the_field(options, message):
     with pytest.raises(ConfigError, match="drafter 'suffix'") as e:
         check_lookup_options("suffix", options)

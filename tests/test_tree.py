@@ -1,7 +1,9 @@
 """DraftTree invariants and derived views, property-based."""
+
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sagespec.common.tree import DraftTree, RaggedTrees, TreeError
 
@@ -61,7 +63,9 @@ def test_trie_from_token_paths(paths, budget):
         for p in paths:
             node = 0
             for t in p:
-                node = next(c for c in tree.children(node) if toks[c] == t)
+                matches = [c for c in tree.children(node) if toks[c] == t]
+                assert len(matches) == 1, f"path {p} is not spelled out: token {t} missing under node {node}"
+                node = matches[0]
 
 
 @given(st.lists(trees(8), min_size=1, max_size=5), st.data())
@@ -74,18 +78,21 @@ def test_ragged_layout(tree_list, data):
     for r, (t, p) in enumerate(zip(tree_list, prefixes)):
         a, b = batch.indptr[r], batch.indptr[r + 1]
         assert torch.equal(batch.tokens[a:b], t.tokens)
-        block = flat[mask_indptr[r]: mask_indptr[r + 1]].view(t.num_nodes, p + t.num_nodes)
+        block = flat[mask_indptr[r] : mask_indptr[r + 1]].view(t.num_nodes, p + t.num_nodes)
         assert torch.equal(block, t.attention_mask(p))
     assert torch.equal(batch.positions(prefixes), torch.cat([t.positions(p) for t, p in zip(tree_list, prefixes)]))
 
 
-@pytest.mark.parametrize("tokens,parents,depths,match", [
-    ([1, 2], [0, 0], [0, 1], "root"),
-    ([1, 2, 3], [-1, 2, 0], [0, 1, 1], "precede"),
-    ([1, 2], [-1, 0], [0, 2], "depth"),
-    ([1, -2], [-1, 0], [0, 1], "non-negative"),
-    ([1, 2], [-1], [0], "equal lengths"),
-])
+@pytest.mark.parametrize(
+    "tokens,parents,depths,match",
+    [
+        ([1, 2], [0, 0], [0, 1], "root"),
+        ([1, 2, 3], [-1, 2, 0], [0, 1, 1], "precede"),
+        ([1, 2], [-1, 0], [0, 2], "depth"),
+        ([1, -2], [-1, 0], [0, 1], "non-negative"),
+        ([1, 2], [-1], [0], "equal lengths"),
+    ],
+)
 def test_invalid_trees_rejected(tokens, parents, depths, match):
     with pytest.raises(TreeError, match=match):
         DraftTree(torch.tensor(tokens), torch.tensor(parents), torch.tensor(depths))

@@ -3,15 +3,16 @@
 A synthetic target gives a conditional distribution for every prefix; one speculative step
 (drafting + verification) is followed by plain sampling from the target up to L tokens. For a
 lossless rule the distribution of those L tokens must equal the target's own, to 1e-6."""
+
 import zlib
 from collections import defaultdict
-from functools import lru_cache
+from functools import cache
 from itertools import product
 
 import pytest
 import torch
-
 from exact_enumeration import enumerate_outcomes
+
 from sagespec.common.drafters.expansion import grow_tree
 from sagespec.common.policies import StaticPolicy, TreeShape
 from sagespec.common.sampling import SamplingParams, process_logits
@@ -21,7 +22,7 @@ from sagespec.common.verify import verify
 V, L = 4, 3
 
 
-@lru_cache(maxsize=None)
+@cache
 def _raw(prefix, salt):
     # zlib.crc32, not hash(): str hashes change with every process (PYTHONHASHSEED).
     g = torch.Generator().manual_seed(zlib.crc32(repr((salt,) + prefix).encode()))
@@ -32,7 +33,7 @@ def raw_logits(prefix, salt):
     return _raw(tuple(prefix), salt)
 
 
-@lru_cache(maxsize=None)
+@cache
 def target_cond(prefix, params):
     return process_logits(raw_logits(prefix, "target"), params).tolist()
 
@@ -49,6 +50,7 @@ def target_joint(params):
 
 class DraftScorer:
     """Scores tree nodes with the synthetic draft, tracking each node's token path."""
+
     def __init__(self):
         self.paths = {0: ()}
 
@@ -67,6 +69,7 @@ def node_prefixes(tree):
 
 def step_then_target(make_tree, params, rule):
     """Exact distribution of the first L tokens: one step, then plain target sampling."""
+
     def run(rng):
         tree = make_tree(rng)
         logits = torch.stack([raw_logits(p, "target") for p in node_prefixes(tree)])
@@ -92,8 +95,12 @@ def grown(shape, params, sample_children):
     return lambda rng: grow_tree(9, raw_logits((), "draft"), DraftScorer(), shape, params, rng, sample_children)
 
 
-PARAMS = [SamplingParams(1.0), SamplingParams(0.7, top_k=3), SamplingParams(1.3, top_p=0.8),
-          SamplingParams(0.8, top_k=3, top_p=0.9)]
+PARAMS = [
+    SamplingParams(1.0),
+    SamplingParams(0.7, top_k=3),
+    SamplingParams(1.3, top_p=0.8),
+    SamplingParams(0.8, top_k=3, top_p=0.9),
+]
 SHAPES = {
     "chain": TreeShape(depth=3, width=1, budget=3),
     "dynamic": TreeShape(depth=2, width=2, budget=5),
@@ -125,14 +132,29 @@ def test_lossy_rule_is_detected():
     assert max_gap(dist, target_joint(params)) > 1e-3
 
 
+def target_greedy_path(length):
+    """The target's own greedy continuation of the root, computed without any rule."""
+    prefix = ()
+    for _ in range(length):
+        prefix += (int(raw_logits(prefix, "target").argmax()),)
+    return prefix
+
+
 def test_greedy_rule_follows_argmax():
-    params = SamplingParams(0.0)
-    tree = grow_tree(9, raw_logits((), "draft"), DraftScorer(), SHAPES["dynamic"], params, None)
+    t1, t2, bonus = target_greedy_path(3)
+
+    def other(token):  # a token the target does not pick
+        return (token + 1) % V
+
+    # Decoys before the right children, and the right second token under the wrong first one.
+    tree = DraftTree.from_parents([9, other(t1), t1, t2, other(t2), t2], [-1, 0, 0, 1, 2, 2])
     logits = torch.stack([raw_logits(p, "target") for p in node_prefixes(tree)])
-    acc = verify(tree, logits, params, "greedy")
-    expected, prefix = [], ()
-    for _ in range(len(acc.nodes)):
-        tok = int(raw_logits(prefix, "target").argmax())
-        expected.append(tok)
-        prefix += (tok,)
-    assert acc.emitted(tree) == expected
+    acc = verify(tree, logits, SamplingParams(0.0), "greedy")
+    assert acc.nodes == (0, 2, 5)
+    assert acc.emitted(tree) == [t1, t2, bonus]
+    # No child carries the argmax: only the target's own token comes out.
+    miss = DraftTree.from_parents([9, other(t1)], [-1, 0])
+    acc = verify(
+        miss, torch.stack([raw_logits(p, "target") for p in node_prefixes(miss)]), SamplingParams(0.0), "greedy"
+    )
+    assert acc.nodes == (0,) and acc.emitted(miss) == [t1]

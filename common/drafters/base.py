@@ -7,6 +7,7 @@ but the root (`hidden_states[t]` for token t), so a drafter can tell by length w
 For requests with images it also hands over `images`: where the image spans lie in the prompt and
 the embeddings the target's language model saw there.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from ..tree import DraftTree
 @dataclass(frozen=True)
 class DrafterNeeds:
     """What a drafter needs from the engine; a plugin refuses drafters it cannot feed."""
+
     hidden_states: bool = False
     hidden_layer_ids: tuple[int, ...] = ()  # indices into the target's hidden-state outputs
     multimodal: bool = False
@@ -34,11 +36,12 @@ class ImageInputs:
     positions spans[i][0] .. spans[i][1] - 1 (placeholder tokens in `tokens`); `embeds` holds the
     rows the target put there, all spans concatenated in order. `saliency`, when the engine can
     give it, scores each image row (the target's attention from the prompt's last position)."""
-    spans: tuple[tuple[int, int], ...]
-    embeds: torch.Tensor                   # [sum of span lengths, H]
-    saliency: torch.Tensor | None = None   # [sum of span lengths]
 
-    def __post_init__(self):
+    spans: tuple[tuple[int, int], ...]
+    embeds: torch.Tensor  # [sum of span lengths, H]
+    saliency: torch.Tensor | None = None  # [sum of span lengths]
+
+    def __post_init__(self) -> None:
         n = sum(e - s for s, e in self.spans)
         if any(e <= s for s, e in self.spans) or any(b[0] < a[1] for a, b in zip(self.spans, self.spans[1:])):
             raise ValueError(f"image spans {self.spans} must be non-empty, ordered and disjoint")
@@ -63,9 +66,9 @@ class ImageInputs:
 
 @dataclass(frozen=True)
 class DraftContext:
-    tokens: torch.Tensor                       # [L + 1] committed tokens; tokens[-1] is the root
+    tokens: torch.Tensor  # [L + 1] committed tokens; tokens[-1] is the root
     hidden_states: torch.Tensor | None = None  # [L, F] target features, present when needed
-    images: ImageInputs | None = None          # the prompt's images, when it has any
+    images: ImageInputs | None = None  # the prompt's images, when it has any
 
 
 class Drafter(Protocol):
@@ -78,5 +81,6 @@ class Drafter(Protocol):
     # Optional: `end()`, called when the request is over (the speculator's `retain`), for drafters
     # that keep what a request leaves behind for later ones.
 
-    def propose(self, context: DraftContext, shape: TreeShape, params: SamplingParams,
-                rng: RandomSource) -> DraftTree: ...
+    def propose(
+        self, context: DraftContext, shape: TreeShape, params: SamplingParams, rng: RandomSource
+    ) -> DraftTree: ...

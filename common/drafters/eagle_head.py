@@ -11,11 +11,14 @@ layer are the target's, shared and frozen.
 Checkpoint: one folder with `config.json` (EagleHeadConfig fields) and `model.safetensors`
 (the head's own weights only).
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -35,35 +38,45 @@ class EagleHeadConfig:
     num_key_value_heads: int
     head_dim: int
     intermediate_size: int
-    vocab_size: int                       # the target's vocabulary
+    vocab_size: int  # the target's vocabulary
     target_hidden_size: int
-    target_layer_ids: tuple[int, ...]     # indices into the target's hidden-state outputs
-    draft_vocab_size: int | None = None   # None: the target's output layer is used as is
+    target_layer_ids: tuple[int, ...]  # indices into the target's hidden-state outputs
+    draft_vocab_size: int | None = None  # None: the target's output layer is used as is
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
 
     @classmethod
-    def for_target(cls, target_config, target_layer_ids=None, draft_vocab_size=None) -> "EagleHeadConfig":
+    def for_target(
+        cls,
+        target_config: Any,
+        target_layer_ids: Sequence[int] | None = None,
+        draft_vocab_size: int | None = None,
+    ) -> EagleHeadConfig:
         """A one-layer head shaped like the target (a transformers-style config object)."""
         n = target_config.num_hidden_layers
         heads = target_config.num_attention_heads
         rope = getattr(target_config, "rope_parameters", None) or {}
-        return cls(hidden_size=target_config.hidden_size, num_attention_heads=heads,
-                   num_key_value_heads=getattr(target_config, "num_key_value_heads", heads),
-                   head_dim=getattr(target_config, "head_dim", None) or target_config.hidden_size // heads,
-                   intermediate_size=target_config.intermediate_size, vocab_size=target_config.vocab_size,
-                   target_hidden_size=target_config.hidden_size,
-                   target_layer_ids=tuple(target_layer_ids or (n,)), draft_vocab_size=draft_vocab_size,
-                   rms_norm_eps=float(target_config.rms_norm_eps),
-                   rope_theta=float(rope.get("rope_theta", getattr(target_config, "rope_theta", 10000.0))))
+        return cls(
+            hidden_size=target_config.hidden_size,
+            num_attention_heads=heads,
+            num_key_value_heads=getattr(target_config, "num_key_value_heads", heads),
+            head_dim=getattr(target_config, "head_dim", None) or target_config.hidden_size // heads,
+            intermediate_size=target_config.intermediate_size,
+            vocab_size=target_config.vocab_size,
+            target_hidden_size=target_config.hidden_size,
+            target_layer_ids=tuple(target_layer_ids or (n,)),
+            draft_vocab_size=draft_vocab_size,
+            rms_norm_eps=float(target_config.rms_norm_eps),
+            rope_theta=float(rope.get("rope_theta", getattr(target_config, "rope_theta", 10000.0))),
+        )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["target_layer_ids"] = list(self.target_layer_ids)
         return {"architecture": ARCHITECTURE, **d}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "EagleHeadConfig":
+    def from_dict(cls, d: dict[str, Any]) -> EagleHeadConfig:
         if d.get("architecture") != ARCHITECTURE:
             raise ConfigError(f"eagle head: config architecture {d.get('architecture')!r} is not {ARCHITECTURE!r}")
         known = {f.name for f in fields(cls)}
@@ -87,12 +100,14 @@ class EagleHeadConfig:
             raise ConfigError("eagle head does not fit the target: " + "; ".join(bad))
 
 
-def _rms_norm(x, weight, eps):
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     var = x.float().pow(2).mean(-1, keepdim=True)
     return weight * (x.float() * torch.rsqrt(var + eps)).to(x.dtype)
 
 
-def _rope_tables(positions, d, theta, dtype, device):
+def _rope_tables(
+    positions: torch.Tensor, d: int, theta: float, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(cos, sin) [..., q, 1, d] of rotate-half RoPE at integer positions [..., q]."""
     inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=device) / d))
     ang = positions.to(device).float()[..., None] * inv
@@ -100,11 +115,11 @@ def _rope_tables(positions, d, theta, dtype, device):
     return ang.cos().to(dtype), ang.sin().to(dtype)
 
 
-def _rope(x, tables):
+def _rope(x: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """x [..., q, heads, d] rotated by `_rope_tables` of its positions."""
     cos, sin = tables
     d = x.shape[-1]
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
@@ -112,7 +127,7 @@ class _DraftingWeights:
     """The head's projections as `PackedLinear`s for passes without autograd (q/k/v fused, gate/up
     fused). A snapshot of the weights it was built from: `EagleHead` rebuilds it when any changes."""
 
-    def __init__(self, head: "EagleHead"):
+    def __init__(self, head: EagleHead) -> None:
         self.key = _weights_key(head)
         self.fc = PackedLinear([head.fc.weight])
         self.qkv = PackedLinear([head.q_proj.weight, head.k_proj.weight, head.v_proj.weight])
@@ -122,7 +137,7 @@ class _DraftingWeights:
         self.lm_head = PackedLinear([head.lm_head.weight]) if head.lm_head is not None else None
 
 
-def _weights_key(head: "EagleHead") -> tuple:
+def _weights_key(head: EagleHead) -> tuple[tuple[int, torch.dtype, int], ...]:
     """Changes whenever a parameter is replaced, moved, cast or updated in place."""
     return tuple((p.data_ptr(), p.dtype, p._version) for p in head.parameters())
 
@@ -131,7 +146,8 @@ def _weights_key(head: "EagleHead") -> tuple:
 class HeadCall:
     """One head pass over q pairs with `head`'s cache (see `EagleHead.hidden_step`); mask [q, cache + q].
     `last_only`: only the last row's logits are wanted."""
-    head: "EagleHead"
+
+    head: EagleHead
     tokens: torch.Tensor
     features: torch.Tensor
     positions: torch.Tensor
@@ -140,7 +156,12 @@ class HeadCall:
 
 
 class EagleHead(nn.Module):
-    def __init__(self, config: EagleHeadConfig, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor):
+    d2t: torch.Tensor  # a registered buffer, present when a draft vocabulary is configured
+    lm_head: nn.Linear | None
+    k_cache: torch.Tensor | None
+    v_cache: torch.Tensor | None  # set together with k_cache
+
+    def __init__(self, config: EagleHeadConfig, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor) -> None:
         super().__init__()
         c = self.config = config
         h, nh, nkv, hd = c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim
@@ -187,6 +208,7 @@ class EagleHead(nn.Module):
 
     def truncate(self, length: int) -> None:
         if self.k_cache is not None:
+            assert self.v_cache is not None  # set together with k_cache
             self.k_cache, self.v_cache = self.k_cache[:length], self.v_cache[:length]
 
     # ---- forward ------------------------------------------------------------------------
@@ -200,8 +222,9 @@ class EagleHead(nn.Module):
         x = target_features.to(self.fc.weight.dtype)
         return self.fc(x) if packed is None else packed.fc(x)
 
-    def attention_inputs(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
-                         embeds: torch.Tensor | None = None):
+    def attention_inputs(
+        self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor, embeds: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """For pairs (features [..., q, h], tokens [..., q]) at RoPE positions [..., q]: the residual
         stream x and the rotated q, k and v ([..., q, heads, head_dim]). `embeds` [..., q, h], when
         given, stands in for the token embeddings (an image row in place of its placeholder)."""
@@ -209,8 +232,9 @@ class EagleHead(nn.Module):
         dtype = self.q_proj.weight.dtype
         emb = (self.embed(tokens) if embeds is None else embeds).to(dtype)
         x = features.to(dtype)
-        hidden = torch.cat([_rms_norm(emb, self.embed_norm, c.rms_norm_eps),
-                            _rms_norm(x, self.hidden_norm, c.rms_norm_eps)], -1)
+        hidden = torch.cat(
+            [_rms_norm(emb, self.embed_norm, c.rms_norm_eps), _rms_norm(x, self.hidden_norm, c.rms_norm_eps)], -1
+        )
         lead = tokens.shape
         packed = self._packed()
         if packed is None:
@@ -234,31 +258,49 @@ class EagleHead(nn.Module):
         gate, up = packed.gate_up.split(_rms_norm(x, self.post_norm, self.config.rms_norm_eps))
         return x + packed.down(F.silu(gate) * up)
 
-    def step(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
-             mask: torch.Tensor, use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def step(
+        self,
+        tokens: torch.Tensor,
+        features: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        use_cache: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One pass of the head over q pairs (features [q, hidden], tokens [q]); `mask` is
         [q, cache_length + q]. Returns (output hidden [q, hidden], target-vocab logits [q, V])."""
         out = self.hidden_step(tokens, features, positions, mask, use_cache)
         return out, self.logits(out)
 
-    def hidden_step(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
-                    mask: torch.Tensor, use_cache: bool = True, embeds: torch.Tensor | None = None) -> torch.Tensor:
+    def hidden_step(
+        self,
+        tokens: torch.Tensor,
+        features: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        use_cache: bool = True,
+        embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """`step` without the output layer: the output hidden states [q, hidden] only."""
         c = self.config
         x, q, k, v = self.attention_inputs(tokens, features, positions, embeds)
         if self.k_cache is not None and self.k_cache.shape[0]:
+            assert self.v_cache is not None  # set together with k_cache
             k_all, v_all = torch.cat([self.k_cache, k]), torch.cat([self.v_cache, v])
         else:
             k_all, v_all = k, v
         if use_cache:
             self.k_cache, self.v_cache = k_all, v_all
         attn = F.scaled_dot_product_attention(
-            q.transpose(0, 1), k_all.transpose(0, 1), v_all.transpose(0, 1),
-            attn_mask=mask.to(q.device), enable_gqa=c.num_key_value_heads != c.num_attention_heads)
+            q.transpose(0, 1),
+            k_all.transpose(0, 1),
+            v_all.transpose(0, 1),
+            attn_mask=mask.to(q.device),
+            enable_gqa=c.num_key_value_heads != c.num_attention_heads,
+        )
         return self.attention_outputs(x, attn.transpose(0, 1))
 
     @staticmethod
-    def hidden_step_many(calls: "list[HeadCall]") -> list[torch.Tensor]:
+    def hidden_step_many(calls: list[HeadCall]) -> list[torch.Tensor]:
         """`hidden_step` for several caches at once (heads sharing one set of weights, e.g. the
         per-request copies of one head): the projections and the MLP run once over all calls'
         rows; attention runs per call against that call's own cache."""
@@ -268,17 +310,24 @@ class EagleHead(nn.Module):
         if any(call.head.q_proj is not head.q_proj for call in calls):
             raise ValueError("hidden_step_many: every call must use the same head weights")
         sizes = [call.tokens.numel() for call in calls]
-        x, q, k, v = head.attention_inputs(torch.cat([c.tokens for c in calls]), torch.cat([c.features for c in calls]),
-                                           torch.cat([c.positions for c in calls]))
+        x, q, k, v = head.attention_inputs(
+            torch.cat([c.tokens for c in calls]),
+            torch.cat([c.features for c in calls]),
+            torch.cat([c.positions for c in calls]),
+        )
         gqa = head.config.num_key_value_heads != head.config.num_attention_heads
         attn = []
         for call, qi, ki, vi in zip(calls, q.split(sizes), k.split(sizes), v.split(sizes)):
             owner = call.head
             if owner.k_cache is not None and owner.k_cache.shape[0]:
+                assert owner.v_cache is not None  # set together with k_cache
                 ki, vi = torch.cat([owner.k_cache, ki]), torch.cat([owner.v_cache, vi])
             owner.k_cache, owner.v_cache = ki, vi
-            attn.append(F.scaled_dot_product_attention(qi.transpose(0, 1), ki.transpose(0, 1), vi.transpose(0, 1),
-                                                       attn_mask=call.mask, enable_gqa=gqa).transpose(0, 1))
+            attn.append(
+                F.scaled_dot_product_attention(
+                    qi.transpose(0, 1), ki.transpose(0, 1), vi.transpose(0, 1), attn_mask=call.mask, enable_gqa=gqa
+                ).transpose(0, 1)
+            )
         return list(head.attention_outputs(x, torch.cat(attn)).split(sizes))
 
     @property
@@ -292,7 +341,10 @@ class EagleHead(nn.Module):
         if self.lm_head is None:
             return (normed.to(self._target_lm_head.dtype) @ self._target_lm_head.T).float()
         packed = self._packed()
-        return (self.lm_head(normed) if packed is None else packed.lm_head(normed)).float()
+        if packed is None:
+            return self.lm_head(normed).float()
+        assert packed.lm_head is not None  # packed from this head, which has an lm_head
+        return packed.lm_head(normed).float()
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the target vocabulary; tokens outside the draft vocabulary get -inf."""
@@ -303,33 +355,41 @@ class EagleHead(nn.Module):
         return out.index_copy_(-1, self.d2t, draft)
 
     # ---- checkpoints --------------------------------------------------------------------
-    def save(self, folder) -> None:
+    def save(self, folder: str | Path) -> None:
         from safetensors.torch import save_file
+
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()},
-                  str(folder / WEIGHTS_NAME))
+        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, str(folder / WEIGHTS_NAME))
 
     @classmethod
-    def load(cls, folder, embed_weight, lm_head_weight, num_target_layers: int) -> "EagleHead":
+    def load(
+        cls, folder: str | Path, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor, num_target_layers: int
+    ) -> EagleHead:
         from safetensors.torch import load_file
+
         folder = Path(folder)
         for name in (CONFIG_NAME, WEIGHTS_NAME):
             if not (folder / name).is_file():
                 raise ConfigError(f"eagle head: {folder} has no {name}")
         config = EagleHeadConfig.from_dict(json.loads((folder / CONFIG_NAME).read_text()))
-        config.check_target(hidden_size=embed_weight.shape[1], vocab_size=embed_weight.shape[0],
-                            num_layers=num_target_layers)
+        config.check_target(
+            hidden_size=embed_weight.shape[1], vocab_size=embed_weight.shape[0], num_layers=num_target_layers
+        )
         head = cls(config, embed_weight, lm_head_weight)
         try:
             state = load_file(str(folder / WEIGHTS_NAME))
-        except Exception as e:   # safetensors raises its own error types for a damaged file
-            raise ConfigError(f"eagle head: {folder / WEIGHTS_NAME} is not a readable safetensors file "
-                              f"({type(e).__name__}: {e})") from None
+        except Exception as e:  # safetensors raises its own error types for a damaged file
+            raise ConfigError(
+                f"eagle head: {folder / WEIGHTS_NAME} is not a readable safetensors file ({type(e).__name__}: {e})"
+            ) from None
         expected = head.state_dict()
-        wrong = [f"{k} {tuple(v.shape)} (config: {tuple(expected[k].shape)})" for k, v in state.items()
-                 if k in expected and v.shape != expected[k].shape]
+        wrong = [
+            f"{k} {tuple(v.shape)} (config: {tuple(expected[k].shape)})"
+            for k, v in state.items()
+            if k in expected and v.shape != expected[k].shape
+        ]
         if wrong:
             raise ConfigError(f"eagle head: weights do not match {CONFIG_NAME}: " + "; ".join(wrong))
         missing, unexpected = head.load_state_dict(state, strict=False)
@@ -338,12 +398,16 @@ class EagleHead(nn.Module):
         if head.lm_head is not None:
             d2t = head.d2t
             if bool((d2t < 0).any()) or bool((d2t >= config.vocab_size).any()) or d2t.unique().numel() != d2t.numel():
-                raise ConfigError(f"eagle head: d2t (the draft-to-target token map) must hold {d2t.numel()} distinct "
-                                  f"target ids in 0..{config.vocab_size - 1}")
+                raise ConfigError(
+                    f"eagle head: d2t (the draft-to-target token map) must hold {d2t.numel()} distinct "
+                    f"target ids in 0..{config.vocab_size - 1}"
+                )
         return head.to(embed_weight.dtype)
 
     @classmethod
-    def random(cls, config: EagleHeadConfig, embed_weight, lm_head_weight, seed: int = 0) -> "EagleHead":
+    def random(
+        cls, config: EagleHeadConfig, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor, seed: int = 0
+    ) -> EagleHead:
         """A randomly initialised head (std 0.02), until a trained one is given."""
         gen = torch.Generator().manual_seed(seed)
         head = cls(config, embed_weight, lm_head_weight)

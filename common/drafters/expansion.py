@@ -13,10 +13,12 @@ growth with a `NodeScorer`). Logits may cover a reduced draft vocabulary: `token
 target token of column j (None: columns are target tokens); trees and `draft_probs` are always in
 the target's vocabulary.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Generator, Protocol, Sequence
+from typing import Protocol
 
 import torch
 
@@ -30,6 +32,7 @@ from ..tree import DraftTree
 class ScoreRequest:
     """New tree nodes to score (ids in creation order; the root is node 0, scored by the drafter
     itself; parents are earlier node ids)."""
+
     nodes: list[int]
     tokens: list[int]
     parents: list[int]
@@ -40,8 +43,9 @@ Growth = Generator[ScoreRequest, torch.Tensor, DraftTree]
 
 
 class NodeScorer(Protocol):
-    def score(self, nodes: Sequence[int], tokens: Sequence[int], parents: Sequence[int],
-              depths: Sequence[int]) -> torch.Tensor:
+    def score(
+        self, nodes: Sequence[int], tokens: Sequence[int], parents: Sequence[int], depths: Sequence[int]
+    ) -> torch.Tensor:
         """Next-token logits [len(nodes), V] for new tree nodes (ids in creation order, the root
         is node 0 and was scored by the drafter itself; parents are earlier node ids)."""
 
@@ -57,20 +61,31 @@ def comb_paths(shape: TreeShape) -> tuple[tuple[int, ...], ...]:
     return tuple(paths[: shape.budget])
 
 
-def growth(root_token: int, root_logits: torch.Tensor, shape: TreeShape, params: SamplingParams,
-           rng: RandomSource, sample_children: bool = False, token_ids: torch.Tensor | None = None,
-           vocab_size: int | None = None) -> Growth:
+def growth(
+    root_token: int,
+    root_logits: torch.Tensor,
+    shape: TreeShape,
+    params: SamplingParams,
+    rng: RandomSource,
+    sample_children: bool = False,
+    token_ids: torch.Tensor | None = None,
+    vocab_size: int | None = None,
+) -> Growth:
     """The tree growth for one request; `vocab_size` is the target's (needed with `token_ids`)."""
-    vocab = _Vocab(token_ids, vocab_size if token_ids is not None else root_logits.shape[-1])
+    size = vocab_size if token_ids is not None else root_logits.shape[-1]
+    if size is None:
+        raise ValueError("growth: token_ids (a draft vocabulary) needs the target's vocab_size")
+    vocab = _Vocab(token_ids, size)
     if sample_children and not params.greedy:
-        return _grow_by_paths(root_token, root_logits, shape.paths or comb_paths(shape), params, rng, vocab,
-                              sampled=True)
+        return _grow_by_paths(
+            root_token, root_logits, shape.paths or comb_paths(shape), params, rng, vocab, sampled=True
+        )
     if shape.paths is not None:
         return _grow_by_paths(root_token, root_logits, shape.paths, params, rng, vocab, sampled=False)
     return _grow_dynamic(root_token, root_logits, shape, params, vocab)
 
 
-def drive(grow: Growth, score) -> DraftTree:
+def drive(grow: Growth, score: Callable[[ScoreRequest], torch.Tensor]) -> DraftTree:
     """Runs one growth to its tree; `score(ScoreRequest) -> logits [len(nodes), draft vocab]`."""
     try:
         request = next(grow)
@@ -80,17 +95,27 @@ def drive(grow: Growth, score) -> DraftTree:
         return done.value
 
 
-def grow_tree(root_token: int, root_logits: torch.Tensor, scorer: NodeScorer, shape: TreeShape,
-              params: SamplingParams, rng: RandomSource, sample_children: bool = False,
-              token_ids: torch.Tensor | None = None, vocab_size: int | None = None) -> DraftTree:
-    return drive(growth(root_token, root_logits, shape, params, rng, sample_children, token_ids, vocab_size),
-                 lambda r: scorer.score(r.nodes, r.tokens, r.parents, r.depths))
+def grow_tree(
+    root_token: int,
+    root_logits: torch.Tensor,
+    scorer: NodeScorer,
+    shape: TreeShape,
+    params: SamplingParams,
+    rng: RandomSource,
+    sample_children: bool = False,
+    token_ids: torch.Tensor | None = None,
+    vocab_size: int | None = None,
+) -> DraftTree:
+    return drive(
+        growth(root_token, root_logits, shape, params, rng, sample_children, token_ids, vocab_size),
+        lambda r: scorer.score(r.nodes, r.tokens, r.parents, r.depths),
+    )
 
 
 @dataclass(frozen=True)
 class _Vocab:
-    token_ids: torch.Tensor | None   # draft column -> target token; None: the same ids
-    size: int                        # the target's vocabulary
+    token_ids: torch.Tensor | None  # draft column -> target token; None: the same ids
+    size: int  # the target's vocabulary
 
     def tokens(self, columns: list[int]) -> list[int]:
         return columns if self.token_ids is None else self.token_ids[columns].tolist()
@@ -113,7 +138,9 @@ def _draft_dist(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return process_logits(logits, params if not params.greedy else SamplingParams(temperature=1.0))
 
 
-def _grow_dynamic(root_token, root_logits, shape, params, vocab: _Vocab) -> Growth:
+def _grow_dynamic(
+    root_token: int, root_logits: torch.Tensor, shape: TreeShape, params: SamplingParams, vocab: _Vocab
+) -> Growth:
     """Each level costs one batched softmax, log and top-k over the whole frontier (row-wise ops:
     the same values as one row at a time)."""
     k = shape.width
@@ -141,28 +168,38 @@ def _grow_dynamic(root_token, root_logits, shape, params, vocab: _Vocab) -> Grow
             scores.append(s)
         frontier = new_ids[:k]
         if level + 1 < shape.depth:
-            logits = yield ScoreRequest(frontier, [tokens[i] for i in frontier],
-                                        [parents[i] for i in frontier], [depths[i] for i in frontier])
+            logits = yield ScoreRequest(
+                frontier, [tokens[i] for i in frontier], [parents[i] for i in frontier], [depths[i] for i in frontier]
+            )
             for i, row in zip(frontier, _draft_dist(logits, params)):
                 dist[i] = row
     # Rerank: best `budget` drafted nodes by path score; stable sort keeps parents first on ties.
     order = sorted(range(1, len(tokens)), key=lambda i: -scores[i])[: shape.budget]
     keep = [0] + sorted(order)
     remap = {old: new for new, old in enumerate(keep)}
-    return DraftTree.from_parents([tokens[i] for i in keep], [-1] + [remap[parents[i]] for i in keep[1:]],
-                                  draft_probs=vocab.full_rows(dist, keep))
+    return DraftTree.from_parents(
+        [tokens[i] for i in keep], [-1] + [remap[parents[i]] for i in keep[1:]], draft_probs=vocab.full_rows(dist, keep)
+    )
 
 
-def _grow_by_paths(root_token, root_logits, paths, params, rng, vocab: _Vocab, sampled: bool) -> Growth:
+def _grow_by_paths(
+    root_token: int,
+    root_logits: torch.Tensor,
+    paths: Sequence[tuple[int, ...]],
+    params: SamplingParams,
+    rng: RandomSource,
+    vocab: _Vocab,
+    sampled: bool,
+) -> Growth:
     """Nodes are created level by level in rank order; `paths` is prefix-closed and sorted."""
-    index = {(): 0}
+    index: dict[tuple[int, ...], int] = {(): 0}
     tokens, parents, depths = [root_token], [-1], [0]
     dist = {0: process_logits(root_logits, params) if sampled else _draft_dist(root_logits, params)}
     expand = {p[:-1] for p in paths}
     max_len = max(len(p) for p in paths)
     for level in range(1, max_len + 1):
         level_paths = [p for p in paths if len(p) == level]
-        by_parent: dict[tuple, list[tuple]] = {}
+        by_parent: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
         for p in level_paths:
             by_parent.setdefault(p[:-1], []).append(p)
         for parent_path, kids in by_parent.items():
@@ -184,9 +221,11 @@ def _grow_by_paths(root_token, root_logits, paths, params, rng, vocab: _Vocab, s
                 depths.append(level)
         to_score = [index[p] for p in level_paths if p in index and p in expand]
         if to_score:
-            logits = yield ScoreRequest(to_score, [tokens[i] for i in to_score],
-                                        [parents[i] for i in to_score], [depths[i] for i in to_score])
+            logits = yield ScoreRequest(
+                to_score, [tokens[i] for i in to_score], [parents[i] for i in to_score], [depths[i] for i in to_score]
+            )
             for i, row in zip(to_score, logits):
                 dist[i] = process_logits(row, params) if sampled else _draft_dist(row, params)
-    return DraftTree.from_parents(tokens, parents, draft_probs=vocab.full_rows(dist, list(range(len(tokens)))),
-                                  sampled_children=sampled)
+    return DraftTree.from_parents(
+        tokens, parents, draft_probs=vocab.full_rows(dist, list(range(len(tokens)))), sampled_children=sampled
+    )

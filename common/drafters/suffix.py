@@ -11,11 +11,13 @@ children), at most `width` children each, `budget` nodes, and only while count /
 (a short match drafts little). No draft distribution: children are chosen deterministically.
 A request's whole sequence joins the cache when the request ends (`end`).
 """
+
 from __future__ import annotations
 
 import heapq
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -26,8 +28,16 @@ from ..sampling import SamplingParams
 from ..tree import DraftTree
 from .base import DraftContext, DrafterNeeds
 from .ngram import keep_ranks
-from .suffix_cache import (DEFAULT_CACHED_TOKENS, DEFAULT_CANDIDATES, MAX_CACHED_TOKENS, MAX_CANDIDATES,
-                           MIN_CACHED_TOKENS, SEPARATOR, SuffixCache, backward_match_lengths)
+from .suffix_cache import (
+    DEFAULT_CACHED_TOKENS,
+    DEFAULT_CANDIDATES,
+    MAX_CACHED_TOKENS,
+    MAX_CANDIDATES,
+    MIN_CACHED_TOKENS,
+    SEPARATOR,
+    SuffixCache,
+    backward_match_lengths,
+)
 
 OWNER = "drafter 'suffix'"
 CACHE_OPTIONS = ("max_cached_tokens", "max_candidates")
@@ -45,13 +55,14 @@ def own_matches(seq: np.ndarray, max_match: int) -> tuple[int, list[int]]:
     return best, [int(e) for e in ends[lengths == best][::-1]]
 
 
-def frequency_tree(root: int, continuations: list[list[int]], depth: int, width: int, budget: int,
-                   min_prob: float) -> DraftTree:
+def frequency_tree(
+    root: int, continuations: list[list[int]], depth: int, width: int, budget: int, min_prob: float
+) -> DraftTree:
     """The trie of the continuations cut best count first (see the module's docstring)."""
     counts: list[int] = [len(continuations)]
     kids: list[dict[int, int]] = [{}]
     tokens = [root]
-    for cont, times in Counter(tuple(c[:depth]) for c in continuations).items():   # first-seen order kept
+    for cont, times in Counter(tuple(c[:depth]) for c in continuations).items():  # first-seen order kept
         node = 0
         for tok in cont:
             child = kids[node].get(tok)
@@ -70,7 +81,7 @@ def frequency_tree(root: int, continuations: list[list[int]], depth: int, width:
     while heap and len(out_tokens) - 1 < budget:
         neg, node, parent = heapq.heappop(heap)
         if -neg < floor:
-            break                          # counts only fall from here on
+            break  # counts only fall from here on
         if width_left[parent] == 0:
             continue
         width_left[parent] -= 1
@@ -87,8 +98,15 @@ class SuffixDrafter:
     name = "suffix"
     needs = DrafterNeeds()
 
-    def __init__(self, cache: SuffixCache | None, min_match: int = 1, max_match: int = 24, min_prob: float = 0.1,
-                 max_spec_factor: float = 1.0, **options):
+    def __init__(
+        self,
+        cache: SuffixCache | None,
+        min_match: int = 1,
+        max_match: int = 24,
+        min_prob: float = 0.1,
+        max_spec_factor: float = 1.0,
+        **options: object,
+    ) -> None:
         reject_unknown(OWNER, options, ())
         self.cache = cache
         self.min_match = check_int(OWNER, "min_match", min_match, 1, 64)
@@ -103,46 +121,60 @@ class SuffixDrafter:
     def end(self) -> None:
         """The request is over: its sequence joins the shared cache."""
         if self.seen is not None:
+            assert self.cache is not None  # None only for option checking (check_suffix_options)
             self.cache.add(self.seen)
         self.seen = None
 
-    def propose(self, context: DraftContext, shape: TreeShape, params: SamplingParams,
-                rng: RandomSource) -> DraftTree:
+    def propose(self, context: DraftContext, shape: TreeShape, params: SamplingParams, rng: RandomSource) -> DraftTree:
         seq = context.tokens.cpu().numpy()
         self.seen = seq
         root = int(seq[-1])
         own_len, own_ends = own_matches(seq, self.max_match)
+        assert self.cache is not None  # None only for option checking (check_suffix_options)
         cached_len, cached_ends = self.cache.matches(seq, self.max_match, at_least=own_len)
         best = max(own_len, cached_len)
         if best < self.min_match:
             return DraftTree.root_only(root)
         limit = self.cache.max_candidates
-        depth = min(shape.depth, max(1, int(self.max_spec_factor * best)))   # short matches, short drafts
-        continuations = [seq[e + 1: e + 1 + depth].tolist() for e in own_ends[:limit]] if own_len == best else []
+        depth = min(shape.depth, max(1, int(self.max_spec_factor * best)))  # short matches, short drafts
+        continuations = [seq[e + 1 : e + 1 + depth].tolist() for e in own_ends[:limit]] if own_len == best else []
         if cached_len == best:
-            continuations += self.cache.continuations(cached_ends[:limit - len(continuations)], depth)
+            continuations += self.cache.continuations(cached_ends[: limit - len(continuations)], depth)
         # A static topology takes the whole trie and keeps the ranks it names.
         static = shape.paths is not None
-        tree = frequency_tree(root, [c for c in continuations if c], depth,
-                              len(continuations) if static else shape.width,
-                              len(continuations) * depth if static else shape.budget, self.min_prob)
-        return keep_ranks(tree, shape.paths) if static else tree
+        tree = frequency_tree(
+            root,
+            [c for c in continuations if c],
+            depth,
+            len(continuations) if static else shape.width,
+            len(continuations) * depth if static else shape.budget,
+            self.min_prob,
+        )
+        return keep_ranks(tree, shape.paths) if shape.paths is not None else tree
 
 
-def check_suffix_options(options: dict) -> tuple[dict, dict]:
+def check_suffix_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the cache's arguments, each drafter's) from drafter_options, all validated without building
     the cache: a ConfigError names the option and what is allowed."""
     options = dict(options)
     reject_unknown(OWNER, options, ("min_match", "max_match", "min_prob", "max_spec_factor", *CACHE_OPTIONS))
-    cache = {"max_tokens": check_int(OWNER, "max_cached_tokens", options.pop("max_cached_tokens", DEFAULT_CACHED_TOKENS),
-                                     MIN_CACHED_TOKENS, MAX_CACHED_TOKENS),
-             "max_candidates": check_int(OWNER, "max_candidates", options.pop("max_candidates", DEFAULT_CANDIDATES),
-                                         1, MAX_CANDIDATES)}
+    cache = {
+        "max_tokens": check_int(
+            OWNER,
+            "max_cached_tokens",
+            options.pop("max_cached_tokens", DEFAULT_CACHED_TOKENS),
+            MIN_CACHED_TOKENS,
+            MAX_CACHED_TOKENS,
+        ),
+        "max_candidates": check_int(
+            OWNER, "max_candidates", options.pop("max_candidates", DEFAULT_CANDIDATES), 1, MAX_CANDIDATES
+        ),
+    }
     SuffixDrafter(None, **options)
     return cache, options
 
 
-def suffix_drafters(options: dict) -> Callable[[], SuffixDrafter]:
+def suffix_drafters(options: dict[str, Any]) -> Callable[[], SuffixDrafter]:
     """Per-request suffix drafters sharing one cache (`max_cached_tokens`, `max_candidates` size it)."""
     cache_args, drafter_args = check_suffix_options(options)
     cache = SuffixCache(**cache_args, owner=OWNER)

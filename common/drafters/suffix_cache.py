@@ -13,16 +13,18 @@ text is overwritten first, and a link into overwritten slots ends its chain.
 Invariants: positions are absolute (slot = position % capacity); a position p is live while
 p >= end - capacity; every chain strictly decreases, so a walk ends.
 """
+
 from __future__ import annotations
 
 import threading
 
 import numpy as np
+import numpy.typing as npt
 
 from ..params import check_int
 
-LEVELS = (1, 2, 4, 8)     # match lengths the chains index; longer matches are found by extension
-SEPARATOR = -1            # written after each sequence; never a token id
+LEVELS = (1, 2, 4, 8)  # match lengths the chains index; longer matches are found by extension
+SEPARATOR = -1  # written after each sequence; never a token id
 DEFAULT_CACHED_TOKENS = 1 << 21
 DEFAULT_CANDIDATES = 64
 MIN_CACHED_TOKENS, MAX_CACHED_TOKENS = 1024, 1 << 28
@@ -60,21 +62,25 @@ def backward_match_lengths(earlier: np.ndarray, context: np.ndarray) -> np.ndarr
 class SuffixCache:
     """Thread-safe: `add` and `matches` hold one lock."""
 
-    def __init__(self, max_tokens: int = DEFAULT_CACHED_TOKENS, max_candidates: int = DEFAULT_CANDIDATES,
-                 owner: str = "suffix cache"):
+    def __init__(
+        self,
+        max_tokens: int = DEFAULT_CACHED_TOKENS,
+        max_candidates: int = DEFAULT_CANDIDATES,
+        owner: str = "suffix cache",
+    ) -> None:
         self.capacity = check_int(owner, "max_cached_tokens", max_tokens, MIN_CACHED_TOKENS, MAX_CACHED_TOKENS)
         self.max_candidates = check_int(owner, "max_candidates", max_candidates, 1, MAX_CANDIDATES)
         self.tokens = np.full(self.capacity, SEPARATOR, dtype=np.int32)
         self.prev = np.full((len(LEVELS), self.capacity), -1, dtype=np.int64)
         self.head = np.full((len(LEVELS), 1 << _HASH_BITS), -1, dtype=np.int64)
-        self.end = 0               # absolute position of the next write
-        self.sequences = 0         # sequences added so far
+        self.end = 0  # absolute position of the next write
+        self.sequences = 0  # sequences added so far
         self.lock = threading.Lock()
 
     # ---- writing -------------------------------------------------------------------------
-    def add(self, sequence) -> None:
+    def add(self, sequence: npt.ArrayLike) -> None:
         """Append one finished sequence (prompt and output); too long a sequence keeps its tail."""
-        seq = np.asarray(sequence, dtype=np.int64).ravel()[-(self.capacity // 2):]
+        seq = np.asarray(sequence, dtype=np.int64).ravel()[-(self.capacity // 2) :]
         if seq.size == 0:
             return
         with self.lock:
@@ -90,13 +96,13 @@ class SuffixCache:
     def _link(self, level: int, hashes: np.ndarray, first: int) -> None:
         """Chain positions first, first + 1, ... (one per hash, in order) into the level's index."""
         positions = np.arange(first, first + hashes.size, dtype=np.int64)
-        order = np.argsort(hashes, kind="stable")          # same hash: position order kept
+        order = np.argsort(hashes, kind="stable")  # same hash: position order kept
         h, pos = hashes[order], positions[order]
         starts_group = np.ones(h.size, dtype=bool)
         starts_group[1:] = h[1:] != h[:-1]
         prev = np.empty_like(pos)
         prev[1:] = pos[:-1]
-        prev[starts_group] = self.head[level, h[starts_group]]   # the oldest in a group links to the older text
+        prev[starts_group] = self.head[level, h[starts_group]]  # the oldest in a group links to the older text
         self.prev[level, pos % self.capacity] = prev
         ends_group = np.ones(h.size, dtype=bool)
         ends_group[:-1] = starts_group[1:]
@@ -108,32 +114,33 @@ class SuffixCache:
         the cache, and the end position of each occurrence of that length, newest first. (0, [])
         when not even the last token occurs, or when no match can be longer than `at_least`."""
         with self.lock:
-            first = max(self.end - self.capacity, 0)      # the oldest live position
+            first = max(self.end - self.capacity, 0)  # the oldest live position
             for level in range(len(LEVELS) - 1, -1, -1):
                 n = LEVELS[level]
                 if context.size < n or n > max_match:
                     continue
                 pattern = context[-n:]
-                chain, p, prev = [], int(self.head[level, _hash(pattern)]), self.prev[level]
+                chain: list[int] = []
+                p, prev = int(self.head[level, _hash(pattern)]), self.prev[level]
                 while p >= first + n - 1 and len(chain) < self.max_candidates:
                     chain.append(p)
                     nxt = int(prev[p % self.capacity])
-                    if nxt >= p:      # a stale link from an overwritten slot
+                    if nxt >= p:  # a stale link from an overwritten slot
                         break
                     p = nxt
                 if chain:
                     ends = np.asarray(chain, dtype=np.int64)
                     windows = self.tokens[(ends[:, None] - np.arange(n - 1, -1, -1)) % self.capacity]
-                    ends = ends[(windows == pattern).all(axis=1)]    # hash collisions drop out here
+                    ends = ends[(windows == pattern).all(axis=1)]  # hash collisions drop out here
                     if ends.size:
                         return self._longest(context, ends, max_match, first)
-                if at_least >= n:     # nothing at this level: every match is shorter than n
+                if at_least >= n:  # nothing at this level: every match is shorter than n
                     return 0, []
             return 0, []
 
     def _longest(self, context: np.ndarray, ends: np.ndarray, max_match: int, first: int) -> tuple[int, list[int]]:
         limit = min(max_match, context.size)
-        positions = ends[:, None] - np.arange(limit)[None, :]              # [occurrences, limit]
+        positions = ends[:, None] - np.arange(limit)[None, :]  # [occurrences, limit]
         cached = np.where(positions >= first, self.tokens[positions % self.capacity], SEPARATOR)
         lengths = backward_match_lengths(cached, context)
         best = int(lengths.max())

@@ -1,6 +1,8 @@
 """The contract a drafting language model offers (the runtime wraps an HF model in it)."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import torch
@@ -11,6 +13,7 @@ class TreeLM(Protocol):
 
     `forward` appends the KV of `tokens` after the `length` cached entries; row i of `mask`
     ([q, length + q] bool) says what token i attends to. `truncate(n)` keeps the first n entries."""
+
     vocab_size: int
 
     @property
@@ -32,14 +35,16 @@ class ScratchTree:
     """Bookkeeping for drafted nodes appended after a committed cache of `base` entries (node 0,
     the root, is the last committed entry). Builds each new node's mask row and position."""
 
-    def __init__(self, base: int, root_position: int | None = None):
+    def __init__(self, base: int, root_position: int | None = None) -> None:
         self.base = base
         self.root_position = base - 1 if root_position is None else root_position
         self.slot: dict[int, int] = {0: base - 1}
         self.parent: dict[int, int] = {0: -1}
         self.cached = base
 
-    def add(self, nodes, parents, depths) -> tuple[torch.Tensor, torch.Tensor]:
+    def add(
+        self, nodes: Sequence[int], parents: Sequence[int], depths: Sequence[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         # New nodes occupy slots cached, cached + 1, ... in the order given.
         for j, (node, par) in enumerate(zip(nodes, parents)):
             self.parent[node] = par

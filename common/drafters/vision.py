@@ -16,11 +16,13 @@ Cache invariant: after each `propose` the head's cache holds one entry per commi
 (feature t, token t+1) except the image rows compression dropped (`dropped`, fixed per request), and
 `cache_positions` holds the RoPE position of each entry.
 """
+
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -52,7 +54,7 @@ class VisionConfig:
     cross_attention: bool = False
     num_heads: int = 4
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         bad = []
         if self.compress not in COMPRESS_MODES:
             bad.append(f"compress={self.compress!r} (one of {list(COMPRESS_MODES)})")
@@ -68,7 +70,7 @@ class VisionConfig:
             raise ConfigError("vision drafter: " + "; ".join(bad))
 
     @classmethod
-    def from_dict(cls, d: dict) -> "VisionConfig":
+    def from_dict(cls, d: dict[str, Any]) -> VisionConfig:
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(d) - known)
         if unknown:
@@ -87,30 +89,35 @@ VISION_PRESETS = {
 class VisionModules(nn.Module):
     """The vision switches' weights (only those the config turns on)."""
 
-    def __init__(self, config: VisionConfig, hidden: int):
+    def __init__(self, config: VisionConfig, hidden: int) -> None:
         super().__init__()
         self.config = config
-        self.adaptor = ImageAdaptor(hidden, config.num_queries, config.num_heads) if config.compress == "adaptor" else None
+        self.adaptor = (
+            ImageAdaptor(hidden, config.num_queries, config.num_heads) if config.compress == "adaptor" else None
+        )
         self.fusion = GlobalFusion(hidden) if config.global_fusion else None
         self.cross = CrossAttentionInjection(hidden, config.num_heads) if config.cross_attention else None
 
-    def save(self, folder) -> None:
+    def save(self, folder: str | Path) -> None:
         from safetensors.torch import save_file
+
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / VISION_CONFIG_NAME).write_text(json.dumps(asdict(self.config), indent=2) + "\n")
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()},
-                  str(folder / VISION_WEIGHTS_NAME))
+        save_file(
+            {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, str(folder / VISION_WEIGHTS_NAME)
+        )
 
     @classmethod
-    def load_or_init(cls, folder, config: VisionConfig, hidden: int, seed: int = 0) -> "VisionModules":
+    def load_or_init(cls, folder: str | Path | None, config: VisionConfig, hidden: int, seed: int = 0) -> VisionModules:
         """Trained weights from `folder` when it holds them for this config; else the initial state."""
         torch.manual_seed(seed)
         mods = cls(config, hidden)
         path = None if folder is None else Path(folder) / VISION_WEIGHTS_NAME
         if path is not None and path.is_file():
             from safetensors.torch import load_file
-            saved = VisionConfig.from_dict(json.loads((Path(folder) / VISION_CONFIG_NAME).read_text()))
+
+            saved = VisionConfig.from_dict(json.loads(path.with_name(VISION_CONFIG_NAME).read_text()))
             if saved != config:
                 raise ConfigError(f"vision drafter: {folder} was trained with {saved}, not {config}")
             mods.load_state_dict(load_file(str(path)))
@@ -119,9 +126,12 @@ class VisionModules(nn.Module):
 
 class VisionDrafter:
     name = "vision"
+    _g: torch.Tensor | None  # the adaptor's global image vector of the request's prompt
+    _image_features: torch.Tensor | None  # fused target features of the kept image rows (cross-attention)
 
-    def __init__(self, head: EagleHead, config: VisionConfig, modules: VisionModules | None = None,
-                 sample_children: bool = False):
+    def __init__(
+        self, head: EagleHead, config: VisionConfig, modules: VisionModules | None = None, sample_children: bool = False
+    ) -> None:
         self.head = head
         self.config = config
         self.modules = (modules or VisionModules(config, head.config.hidden_size)).to(head.q_proj.weight.dtype).eval()
@@ -148,18 +158,22 @@ class VisionDrafter:
             else:
                 if c.prune_by == "attention":
                     if images.saliency is None:
-                        raise ConfigError("vision drafter: prune_by='attention' needs the target's attention "
-                                          "saliency, which this engine does not give; use prune_by='embedding'")
+                        raise ConfigError(
+                            "vision drafter: prune_by='attention' needs the target's attention "
+                            "saliency, which this engine does not give; use prune_by='embedding'"
+                        )
                     scores = images.saliency[rows]
                 else:
                     scores = embedding_saliency(images.embeds[rows])
                 kept.append(keep_top(scores, c.keep_ratio))
         return kept
 
-    def prompt_entries(self, tokens: torch.Tensor, feats: torch.Tensor, images: ImageInputs | None):
+    def prompt_entries(
+        self, tokens: torch.Tensor, feats: torch.Tensor, images: ImageInputs | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(entry pair indices t, their input embeddings) for the prompt's committed pairs."""
         pairs = feats.shape[0]
-        embeds = self.head.embed(tokens[1: pairs + 1])
+        embeds = self.head.embed(tokens[1 : pairs + 1])
         keep = torch.ones(pairs, dtype=torch.bool)
         if images is None:
             return torch.arange(pairs), embeds
@@ -168,8 +182,8 @@ class VisionDrafter:
         kept_features = []
         for (s, e), rows, span in zip(images.spans, self.kept_rows(images), images.row_slices()):
             span_rows = images.embeds[span]
-            rows = rows[s + rows >= 1]                         # position 0 pairs with no feature: no entry
-            keep[max(s, 1) - 1: e - 1] = False                 # pair t carries token t + 1
+            rows = rows[s + rows >= 1]  # position 0 pairs with no feature: no entry
+            keep[max(s, 1) - 1 : e - 1] = False  # pair t carries token t + 1
             keep[s - 1 + rows] = True
             if self.modules.adaptor is not None:
                 token, g = self.modules.adaptor(span_rows)
@@ -178,7 +192,7 @@ class VisionDrafter:
                     embeds[e - 2] = token.to(embeds.dtype)
             else:
                 embeds[s - 1 + rows] = span_rows[rows].to(embeds.dtype)
-            kept_features.append(feats[s + rows])             # the target's features at the kept rows
+            kept_features.append(feats[s + rows])  # the target's features at the kept rows
         if self.modules.cross is not None:
             self._image_features = self.head.fuse(torch.cat(kept_features))
         idx = torch.nonzero(keep).flatten()
@@ -196,16 +210,22 @@ class VisionDrafter:
         return self.modules.cross(hidden, self._image_features)
 
     @torch.no_grad()
-    def propose(self, context: DraftContext, shape: TreeShape, params: SamplingParams,
-                rng: RandomSource) -> DraftTree:
+    def propose(self, context: DraftContext, shape: TreeShape, params: SamplingParams, rng: RandomSource) -> DraftTree:
         tokens, feats, committed_pairs = committed_features(context, "vision")
         cached_pairs = self.head.cache_length + self.dropped
-        if self.head.cache_length == 0:                       # first step of a request: the prompt
+        if self.head.cache_length == 0:  # first step of a request: the prompt
             idx, embeds = self.prompt_entries(tokens, feats, context.images)
             self.dropped = committed_pairs - idx.numel()
             positions = idx + 1
-            out = self.refine(self.head.hidden_step(tokens[idx + 1], self.features(feats[idx]), positions,
-                                                     causal_extension_mask(0, idx.numel()), embeds=embeds))
+            out = self.refine(
+                self.head.hidden_step(
+                    tokens[idx + 1],
+                    self.features(feats[idx]),
+                    positions,
+                    causal_extension_mask(0, idx.numel()),
+                    embeds=embeds,
+                )
+            )
             self.cache_positions = positions
         else:
             m = min(cached_pairs, committed_pairs - 1)
@@ -213,12 +233,19 @@ class VisionDrafter:
             self.cache_positions = self.cache_positions[: m - self.dropped]
             new = committed_pairs - m
             positions = torch.arange(m + 1, committed_pairs + 1)
-            out = self.refine(self.head.hidden_step(tokens[m + 1:], self.features(feats[m:]), positions,
-                                                     causal_extension_mask(self.head.cache_length, new)))
+            out = self.refine(
+                self.head.hidden_step(
+                    tokens[m + 1 :],
+                    self.features(feats[m:]),
+                    positions,
+                    causal_extension_mask(self.head.cache_length, new),
+                )
+            )
             self.cache_positions = torch.cat([self.cache_positions, positions])
         base = self.head.cache_length
         scorer = HeadScorer(self.head, ScratchTree(base, root_position=committed_pairs), out[-1], self.refine)
-        tree = grow_tree(int(tokens[-1]), self.head.logits(out[-1:])[0], scorer, shape, params, rng,
-                         self.sample_children)
+        tree = grow_tree(
+            int(tokens[-1]), self.head.logits(out[-1:])[0], scorer, shape, params, rng, self.sample_children
+        )
         self.head.truncate(base)
         return tree

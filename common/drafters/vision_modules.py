@@ -10,6 +10,7 @@
 Each module's initial state is the plain EAGLE head's behaviour except the adaptor's token, which
 replaces image rows by construction.
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,7 +23,7 @@ def _rms(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 class ImageAdaptor(nn.Module):
-    def __init__(self, hidden: int, num_queries: int, num_heads: int):
+    def __init__(self, hidden: int, num_queries: int, num_heads: int) -> None:
         super().__init__()
         if hidden % num_heads:
             raise ValueError(f"adaptor: hidden size {hidden} is not divisible by {num_heads} heads")
@@ -46,7 +47,7 @@ class ImageAdaptor(nn.Module):
 
 
 class GlobalFusion(nn.Module):
-    def __init__(self, hidden: int):
+    def __init__(self, hidden: int) -> None:
         super().__init__()
         self.fc = nn.Linear(2 * hidden, hidden, bias=False)
         with torch.no_grad():
@@ -60,7 +61,7 @@ class GlobalFusion(nn.Module):
 
 
 class CrossAttentionInjection(nn.Module):
-    def __init__(self, hidden: int, num_heads: int):
+    def __init__(self, hidden: int, num_heads: int) -> None:
         super().__init__()
         if hidden % num_heads:
             raise ValueError(f"cross-attention: hidden size {hidden} is not divisible by {num_heads} heads")

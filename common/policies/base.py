@@ -1,6 +1,8 @@
 """What a tree policy decides (TreeShape) and what it learns from (StepStats)."""
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -12,12 +14,13 @@ class TreeShape:
     """depth: most draft levels; width: children per expanded node and frontier size (top-k);
     budget: most drafted nodes (root excluded). `paths`, when set, fixes the topology as sibling
     ranks from the root (static trees); depth/width/budget then describe that topology."""
+
     depth: int
     width: int
     budget: int
     paths: tuple[tuple[int, ...], ...] | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.depth < 1 or self.width < 1 or self.budget < 1:
             raise ConfigError(f"TreeShape needs depth, width, budget >= 1; got {self}")
 
@@ -26,6 +29,7 @@ class TreeShape:
 class DecodeState:
     """What a policy may read when it plans a step (per request). `budget`: the most nodes cost-aware
     sizing gives the request this step (None: the policy's own budget)."""
+
     step: int = 0
     context_len: int = 0
     budget: int | None = None
@@ -34,10 +38,11 @@ class DecodeState:
 @dataclass(frozen=True)
 class StepStats:
     """What happened in one verify step."""
-    shape: TreeShape | None   # None for the prompt's prefill (no tree)
-    num_nodes: int            # drafted nodes actually proposed
-    accepted: int             # drafted tokens accepted (bonus excluded)
-    target_entropy: float     # nats, target distribution at the last accepted position
+
+    shape: TreeShape | None  # None for the prompt's prefill (no tree)
+    num_nodes: int  # drafted nodes actually proposed
+    accepted: int  # drafted tokens accepted (bonus excluded)
+    target_entropy: float  # nats, target distribution at the last accepted position
 
 
 def cap_shape(shape: TreeShape, budget: int) -> TreeShape:
@@ -46,21 +51,22 @@ def cap_shape(shape: TreeShape, budget: int) -> TreeShape:
         return shape
     if shape.paths is not None:
         paths = shape.paths[:budget]
-        return TreeShape(depth=max(len(p) for p in paths), width=min(shape.width, budget), budget=len(paths),
-                         paths=paths)
+        return TreeShape(
+            depth=max(len(p) for p in paths), width=min(shape.width, budget), budget=len(paths), paths=paths
+        )
     return TreeShape(depth=min(shape.depth, budget), width=min(shape.width, budget), budget=budget)
 
 
 class TreePolicy(Protocol):
     name: str
-    reads_entropy: bool   # whether observe() reads StepStats.target_entropy (else it may be NaN)
+    reads_entropy: bool  # whether observe() reads StepStats.target_entropy (else it may be NaN)
 
     def plan(self, state: DecodeState) -> TreeShape: ...
 
     def observe(self, stats: StepStats) -> None: ...
 
 
-def normalise_paths(owner: str, paths) -> tuple[tuple[int, ...], ...]:
+def normalise_paths(owner: str, paths: Iterable[Iterable[int]]) -> tuple[tuple[int, ...], ...]:
     """Rank paths must be prefix-closed (a node's parent path is listed) and unique."""
     out = tuple(tuple(int(r) for r in p) for p in paths)
     seen = set(out)

@@ -1,4 +1,5 @@
 """A chain of fixed depth: one draft token per level."""
+
 from __future__ import annotations
 
 from ..params import check_int, reject_unknown
@@ -9,7 +10,7 @@ class ChainPolicy:
     name = "chain"
     reads_entropy = False
 
-    def __init__(self, depth: int = 5, **options):
+    def __init__(self, depth: int = 5, **options: object) -> None:
         reject_unknown("policy 'chain'", options, ("depth", "budget"))
         budget = options.get("budget")
         if budget is not None:  # a chain's budget is its depth

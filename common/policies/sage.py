@@ -9,10 +9,11 @@ mode "tiers" quantises u by `thresholds` (len(thresholds) + 1 tiers, e.g. from e
 of a calibration run, see `calibrate_thresholds`); mode "continuous" interpolates linearly between
 thresholds[0] and thresholds[-1].
 """
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..params import ConfigError, check_choice, check_float, check_int, reject_unknown
 from .base import DecodeState, StepStats, TreeShape
@@ -36,11 +37,19 @@ def calibrate_thresholds(entropies: Sequence[float], quantiles: Sequence[float] 
 
 class SagePolicy:
     name = "sage"
-    reads_entropy = True   # observe() smooths StepStats.target_entropy
+    reads_entropy = True  # observe() smooths StepStats.target_entropy
 
-    def __init__(self, budget: int = 16, min_depth: int = 2, max_depth: int = 8, max_width: int = 8,
-                 ema: float = 0.5, mode: str = "tiers", thresholds: Sequence[float] = (0.5, 1.5),
-                 **options):
+    def __init__(
+        self,
+        budget: int = 16,
+        min_depth: int = 2,
+        max_depth: int = 8,
+        max_width: int = 8,
+        ema: float = 0.5,
+        mode: str = "tiers",
+        thresholds: Sequence[float] = (0.5, 1.5),
+        **options: object,
+    ) -> None:
         reject_unknown(OWNER, options, ())
         self.budget = check_int(OWNER, "budget", budget, 1, 1024)
         self.min_depth = check_int(OWNER, "min_depth", min_depth, 1, 64)

@@ -9,7 +9,10 @@ so the estimate follows the text). A bin's rate blends its counts with a prior a
 (PRIOR_WEIGHT pseudo-observations). A node's value, its chance of being accepted, is the product
 of its path's rates: never above its parent's, so the best nodes of a tree form a tree.
 """
+
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -17,7 +20,7 @@ from ..tree import DraftTree
 
 EDGES = np.array([0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 0.95, 1.0 + 1e-9])
 PRIOR_WEIGHT = 2.0
-DECAY = 0.995   # per verified tree: an estimate spans about the last 200 trees
+DECAY = 0.995  # per verified tree: an estimate spans about the last 200 trees
 
 
 def conditional_scores(tree: DraftTree) -> np.ndarray:
@@ -39,7 +42,7 @@ def conditional_scores(tree: DraftTree) -> np.ndarray:
 
 
 class AcceptanceCalibration:
-    def __init__(self):
+    def __init__(self) -> None:
         mids = (EDGES[:-1] + np.minimum(EDGES[1:], 1.0)) / 2
         self.prior = np.clip(mids, 0.01, 0.99)
         self.hits = np.zeros(len(mids))
@@ -61,27 +64,30 @@ class AcceptanceCalibration:
             values[i] = values[parents[i]] * cond[i]
         return values
 
-    def observe(self, tree: DraftTree, accepted_nodes) -> None:
+    def observe(self, tree: DraftTree, accepted_nodes: Iterable[int]) -> None:
         """A verified tree and the nodes (root first) on its accepted path."""
         if tree.num_nodes < 2:
             return
         accepted = np.zeros(tree.num_nodes, dtype=bool)
         accepted[list(accepted_nodes)] = True
         parents = tree.parents.numpy()
-        tried = np.flatnonzero(accepted[parents[1:]]) + 1        # nodes whose parent was accepted
+        tried = np.flatnonzero(accepted[parents[1:]]) + 1  # nodes whose parent was accepted
         bins = self.bins(conditional_scores(tree)[tried])
         self.hits *= DECAY
         self.trials *= DECAY
         np.add.at(self.trials, bins, 1.0)
         np.add.at(self.hits, bins, accepted[tried].astype(float))
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, float]:
         seen = self.trials > 0.5
-        return {f"{EDGES[i]:.2f}-{min(EDGES[i + 1], 1.0):.2f}": round(float(r), 3)
-                for i, r in enumerate(self.rates()) if seen[i]}
+        return {
+            f"{EDGES[i]:.2f}-{min(EDGES[i + 1], 1.0):.2f}": round(float(r), 3)
+            for i, r in enumerate(self.rates())
+            if seen[i]
+        }
 
 
-def accepted_path(tree: DraftTree, emitted) -> list[int]:
+def accepted_path(tree: DraftTree, emitted: Iterable[int]) -> list[int]:
     """The nodes (root first) a step accepted, found by walking the tree along the emitted tokens
     (accepted drafted tokens, then the bonus)."""
     node, path = 0, [0]

@@ -15,9 +15,12 @@ Trees whose children were sampled (sampling-mode heads) are verified whole: drop
 siblings by their own values would bias exact verification; the nodes sizing would have kept set
 their next budget.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -27,27 +30,27 @@ from .latency import LatencyModel
 
 MAX_BACKOFF = 64
 DRAFT_EMA = 0.2
-EXPLORE_EVERY = 32        # plain steps in a row before sizing verifies drafts again to re-measure them
-EXPLORE_MIN_VALUE = 0.3   # ... when the batch's best node is at least this likely to be accepted
+EXPLORE_EVERY = 32  # plain steps in a row before sizing verifies drafts again to re-measure them
+EXPLORE_MIN_VALUE = 0.3  # ... when the batch's best node is at least this likely to be accepted
 
 
 @dataclass
 class RequestBudget:
     budget: int
-    skip: int = 0        # steps left without drafting
-    backoff: int = 0     # the last skip's length (0: none running)
+    skip: int = 0  # steps left without drafting
+    backoff: int = 0  # the last skip's length (0: none running)
 
 
 class Sizer:
-    def __init__(self, max_budget: int, latency: LatencyModel | None = None, start_budget: int | None = None):
+    def __init__(self, max_budget: int, latency: LatencyModel | None = None, start_budget: int | None = None) -> None:
         self.max_budget = max_budget
         self.start_budget = start_budget or max(1, max_budget // 2)
         self.latency = latency or LatencyModel()
         self.calibration = AcceptanceCalibration()
-        self.draft_seconds = 0.0          # EMA of a step's drafting time
-        self.kept_share = float("nan")    # share of drafted nodes kept by the last sizing (metrics)
-        self.last_rates: tuple[float, float] | None = None   # (rate without, rate chosen) of the last sizing
-        self.plain_steps = 0              # sizings in a row that kept nothing
+        self.draft_seconds = 0.0  # EMA of a step's drafting time
+        self.kept_share = float("nan")  # share of drafted nodes kept by the last sizing (metrics)
+        self.last_rates: tuple[float, float] | None = None  # (rate without, rate chosen) of the last sizing
+        self.plain_steps = 0  # sizings in a row that kept nothing
 
     def new_budget(self) -> RequestBudget:
         return RequestBudget(self.start_budget)
@@ -62,21 +65,29 @@ class Sizer:
         return state.budget
 
     # ---- after drafting -----------------------------------------------------------------
-    def size(self, trees: list[DraftTree], budgets: list[RequestBudget], decoding: int, base_tokens: int,
-             draft_seconds: float) -> list[DraftTree]:
+    def size(
+        self,
+        trees: list[DraftTree],
+        budgets: list[RequestBudget],
+        decoding: int,
+        base_tokens: int,
+        draft_seconds: float,
+    ) -> list[DraftTree]:
         """The trees cut to the batch's best node set. `decoding`: requests emitting a token this step
         (speculating or not); `base_tokens`: tokens the forward runs besides drafted nodes."""
         if draft_seconds > 0:
-            self.draft_seconds = draft_seconds if self.draft_seconds == 0 else (
-                (1 - DRAFT_EMA) * self.draft_seconds + DRAFT_EMA * draft_seconds)
-        candidates = []   # (value, depth, tree index, node)
+            self.draft_seconds = (
+                draft_seconds
+                if self.draft_seconds == 0
+                else ((1 - DRAFT_EMA) * self.draft_seconds + DRAFT_EMA * draft_seconds)
+            )
+        candidates: list[tuple[float, int, int, int]] = []  # (value, depth, tree index, node)
         for t, tree in enumerate(trees):
             if tree.num_drafted:
                 values, depths = self.calibration.node_values(tree), tree.depths.tolist()
                 candidates.extend((float(values[i]), depths[i], t, i) for i in range(1, tree.num_nodes))
         candidates.sort(key=lambda c: (-c[0], c[1], c[2], c[3]))
-        explore = (self.plain_steps >= EXPLORE_EVERY and bool(candidates)
-                   and candidates[0][0] >= EXPLORE_MIN_VALUE)
+        explore = self.plain_steps >= EXPLORE_EVERY and bool(candidates) and candidates[0][0] >= EXPLORE_MIN_VALUE
         k = self._best_count(np.array([c[0] for c in candidates]), decoding, base_tokens, explore)
         self.plain_steps = 0 if k else self.plain_steps + 1
         keep: list[list[int]] = [[0] for _ in trees]
@@ -91,7 +102,7 @@ class Sizer:
 
     def _best_count(self, values: np.ndarray, decoding: int, base: int, explore: bool = False) -> int:
         """The k maximising the batch's expected tokens per second (k >= 1 when exploring)."""
-        measured = self.latency.samples > 0   # drafting seconds mean nothing against a unitless prior
+        measured = self.latency.samples > 0  # drafting seconds mean nothing against a unitless prior
         ks = np.arange(len(values) + 1)
         gain = decoding + np.concatenate([[0.0], np.cumsum(values)])
         spec = ks > 0
@@ -103,7 +114,7 @@ class Sizer:
         return best
 
     def _next_budget(self, state: RequestBudget, drafted: int, kept: int) -> None:
-        if drafted == 0:          # nothing found to draft: no evidence either way
+        if drafted == 0:  # nothing found to draft: no evidence either way
             return
         if kept == 0:
             state.backoff = min(MAX_BACKOFF, max(1, 2 * state.backoff))
@@ -111,17 +122,21 @@ class Sizer:
             state.budget = max(1, state.budget // 2)
             return
         state.backoff = 0
-        if kept == drafted:       # all worth it: grow where the drafter filled its budget
+        if kept == drafted:  # all worth it: grow where the drafter filled its budget
             if drafted >= state.budget:
                 state.budget = min(self.max_budget, 2 * state.budget)
         else:
             state.budget = min(self.max_budget, max(1, kept + (kept + 1) // 2))
 
     # ---- after verifying ----------------------------------------------------------------
-    def observe(self, tree: DraftTree, emitted) -> None:
+    def observe(self, tree: DraftTree, emitted: Iterable[int]) -> None:
         """What a verified tree emitted (accepted drafted tokens, then the bonus): calibration."""
         self.calibration.observe(tree, accepted_path(tree, emitted))
 
-    def summary(self) -> dict:
-        return {"latency": self.latency.summary(), "acceptance_by_score": self.calibration.summary(),
-                "draft_ms": round(self.draft_seconds * 1e3, 3), "kept_share": self.kept_share}
+    def summary(self) -> dict[str, Any]:
+        return {
+            "latency": self.latency.summary(),
+            "acceptance_by_score": self.calibration.summary(),
+            "draft_ms": round(self.draft_seconds * 1e3, 3),
+            "kept_share": self.kept_share,
+        }

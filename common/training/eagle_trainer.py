@@ -4,11 +4,13 @@ The data is a `FeatureSet` of padded sequences: per position the target's featur
 layers (`layer_feats`, concatenated), its final normed hidden state (`final_hidden`, to recompute
 target logits over the draft vocabulary), the token ids and the real lengths.
 """
+
 from __future__ import annotations
 
 import json
 import math
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -23,25 +25,25 @@ STATE_NAME = "trainer_state.pt"
 
 @dataclass
 class FeatureSet:
-    layer_feats: torch.Tensor   # [N, T, len(layers) * target_hidden]
+    layer_feats: torch.Tensor  # [N, T, len(layers) * target_hidden]
     final_hidden: torch.Tensor  # [N, T, target_hidden]
-    tokens: torch.Tensor        # [N, T]
-    lengths: torch.Tensor       # [N]
+    tokens: torch.Tensor  # [N, T]
+    lengths: torch.Tensor  # [N]
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
 
-    def save(self, path) -> None:
+    def save(self, path: str | Path) -> None:
         torch.save(asdict(self), path)
 
     @classmethod
-    def load(cls, path) -> "FeatureSet":
+    def load(cls, path: str | Path) -> FeatureSet:
         return cls(**torch.load(path))
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 4                 # training-time-test unroll
+    steps: int = 4  # training-time-test unroll
     decay: float = 0.8
     lr: float = 1e-3
     weight_decay: float = 0.0
@@ -58,30 +60,42 @@ class TrainState:
     step: int = 0
     tokens_seen: int = 0
     seconds: float = 0.0
-    history: list = field(default_factory=list)  # (tokens_seen, loss, step-0 agreement)
+    history: list[tuple[int, float, float]] = field(default_factory=list)  # (tokens_seen, loss, step-0 agreement)
 
 
-def batch_tensors(data: FeatureSet, idx: torch.Tensor, w_draft: torch.Tensor, steps: int):
+def batch_tensors(
+    data: FeatureSet, idx: torch.Tensor, w_draft: torch.Tensor, steps: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """For the sequences `idx`: the target's layer features (before the head's fusion) and the
     tokens, target logits and validity mask that ttt_loss takes, padded by `steps` positions."""
     lengths = data.lengths[idx]
     t_len = int(lengths.max()) - 1
     feats = data.layer_feats[idx, :t_len].float()
-    tokens = F.pad(data.tokens[idx, 1: t_len + 1], (0, steps))
+    tokens = F.pad(data.tokens[idx, 1 : t_len + 1], (0, steps))
     with torch.no_grad():
-        target_logits = F.pad(data.final_hidden[idx, 1: t_len + 1].float() @ w_draft.T, (0, 0, 0, steps))
+        target_logits = F.pad(data.final_hidden[idx, 1 : t_len + 1].float() @ w_draft.T, (0, 0, 0, steps))
     pos = torch.arange(1, t_len + 1 + steps)
     valid = pos[None, :] < lengths[:, None]
     return feats, tokens, target_logits, valid
 
 
-def adaspec_weights(head, reference, raw_feats, tokens, target_logits, valid, top):
+def adaspec_weights(
+    head: EagleHead,
+    reference: EagleHead,
+    raw_feats: torch.Tensor,
+    tokens: torch.Tensor,
+    target_logits: torch.Tensor,
+    valid: torch.Tensor,
+    top: float,
+) -> torch.Tensor:
     """AdaSPEC selection (step 0): 1 on the top fraction of real positions by the KL gap
     KL(p || q_draft) - KL(p || q_ref) = sum p (log q_ref - log q_draft), else 0."""
     with torch.no_grad():
         t_len = raw_feats.shape[1]
-        logq = [F.log_softmax(h.draft_logits(ttt_forward(h, h.fuse(raw_feats), tokens, 1)[0]), -1)
-                for h in (head, reference)]
+        logq = [
+            F.log_softmax(h.draft_logits(ttt_forward(h, h.fuse(raw_feats), tokens, 1)[0]), -1)
+            for h in (head, reference)
+        ]
         p = F.softmax(target_logits[:, :t_len].float(), -1)
         gap = (p * (logq[1] - logq[0])).sum(-1)
         v = valid[:, :t_len]
@@ -92,27 +106,38 @@ def adaspec_weights(head, reference, raw_feats, tokens, target_logits, valid, to
         return w
 
 
-def budget_batches(num_items: int, cfg: TrainConfig, state: TrainState, gen: torch.Generator, start: float,
-                   elapsed_before: float):
+def budget_batches(
+    num_items: int, cfg: TrainConfig, state: TrainState, gen: torch.Generator, start: float, elapsed_before: float
+) -> Iterator[torch.Tensor]:
     """Batches of item indices (a fresh shuffle whenever fewer than a batch remain) until the
     token or time budget is spent; `elapsed_before` seconds were spent before `start`."""
     order = torch.empty(0, dtype=torch.long)
     while True:
         minutes = (elapsed_before + time.perf_counter() - start) / 60
-        if (cfg.max_tokens is not None and state.tokens_seen >= cfg.max_tokens) or \
-           (cfg.max_minutes is not None and minutes >= cfg.max_minutes):
+        if (cfg.max_tokens is not None and state.tokens_seen >= cfg.max_tokens) or (
+            cfg.max_minutes is not None and minutes >= cfg.max_minutes
+        ):
             return
         if order.numel() < cfg.batch_size:
             order = torch.randperm(num_items, generator=gen)
-        batch, order = order[: cfg.batch_size], order[cfg.batch_size:]
+        batch, order = order[: cfg.batch_size], order[cfg.batch_size :]
         yield batch
 
 
-def train_eagle_head(head: EagleHead, data: FeatureSet, w_draft: torch.Tensor, out_dir, cfg: TrainConfig,
-                     reference: EagleHead | None = None, progress=True, log=print) -> TrainState:
+def train_eagle_head(
+    head: EagleHead,
+    data: FeatureSet,
+    w_draft: torch.Tensor,
+    out_dir: str | Path,
+    cfg: TrainConfig,
+    reference: EagleHead | None = None,
+    progress: bool = True,
+    log: Callable[[str], object] = print,
+) -> TrainState:
     """Trains in place; resumes from out_dir's trainer state when present. Saves the head
     (config.json + model.safetensors) and the trainer state at each checkpoint and at the end."""
     from tqdm import tqdm
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     params = [p for p in head.parameters() if p.requires_grad]
@@ -133,12 +158,12 @@ def train_eagle_head(head: EagleHead, data: FeatureSet, w_draft: torch.Tensor, o
     head.train()
     start, last_ckpt = time.perf_counter(), time.perf_counter()
     elapsed0 = state.seconds
-    bar = tqdm(total=cfg.max_tokens, initial=state.tokens_seen, unit="tok", disable=not progress,
-               desc="train-drafter")
+    bar = tqdm(total=cfg.max_tokens, initial=state.tokens_seen, unit="tok", disable=not progress, desc="train-drafter")
     for idx in budget_batches(len(data), cfg, state, gen, start, elapsed0):
         feats, tokens, target_logits, valid = batch_tensors(data, idx, w_draft, cfg.steps)
-        weights = None
+        weights: torch.Tensor | None = None
         if cfg.adaspec_top is not None:
+            assert reference is not None  # checked before the loop
             weights = adaspec_weights(head, reference, feats, tokens, target_logits, valid, cfg.adaspec_top)
         loss, accs = ttt_loss(head, head.fuse(feats), tokens, target_logits, valid, cfg.steps, cfg.decay, weights)
         opt.zero_grad(set_to_none=True)
@@ -162,8 +187,17 @@ def train_eagle_head(head: EagleHead, data: FeatureSet, w_draft: torch.Tensor, o
     return state
 
 
-def save_checkpoint(head, opt, state: TrainState, gen, out_dir: Path) -> None:
+def save_checkpoint(
+    head: EagleHead, opt: torch.optim.Optimizer, state: TrainState, gen: torch.Generator, out_dir: Path
+) -> None:
     head.save(out_dir)
-    torch.save({"head": head.state_dict(), "optimizer": opt.state_dict(), "state": asdict(state),
-                "generator": gen.get_state()}, out_dir / STATE_NAME)
+    torch.save(
+        {
+            "head": head.state_dict(),
+            "optimizer": opt.state_dict(),
+            "state": asdict(state),
+            "generator": gen.get_state(),
+        },
+        out_dir / STATE_NAME,
+    )
     (out_dir / "training_log.json").write_text(json.dumps(asdict(state)))

@@ -5,7 +5,11 @@ of step j >= 1 is (the head's step j-1 output at t, token t+1+j) at position t+1
 target's distribution at position t+1+j. It attends, as a drafted node of depth j does at
 inference, to step-0 pairs s <= t (real features) and to its own chain: pairs t of steps 1..j.
 """
+
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -17,8 +21,15 @@ def _expand_heads(x: torch.Tensor, group: int) -> torch.Tensor:
     return x if group == 1 else x.repeat_interleave(group, dim=-2)
 
 
-def ttt_forward(head: EagleHead, fused: torch.Tensor, tokens: torch.Tensor, steps: int, positions=None,
-                embeds=None, refine=None) -> list[torch.Tensor]:
+def ttt_forward(
+    head: EagleHead,
+    fused: torch.Tensor,
+    tokens: torch.Tensor,
+    steps: int,
+    positions: torch.Tensor | None = None,
+    embeds: torch.Tensor | None = None,
+    refine: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> list[torch.Tensor]:
     """fused [B, T, h] (features of positions 0..T-1), tokens [B, T + steps] (tokens 1..T+steps,
     padded past the sequence's end). Returns each step's output hidden [B, T, h].
 
@@ -29,14 +40,13 @@ def ttt_forward(head: EagleHead, fused: torch.Tensor, tokens: torch.Tensor, step
     c = head.config
     bsz, t_len, _ = fused.shape
     group = c.num_attention_heads // c.num_key_value_heads
-    scale = c.head_dim ** -0.5
+    scale = c.head_dim**-0.5
     causal = torch.ones(t_len, t_len, dtype=torch.bool, device=fused.device).tril()
     base_pos = torch.arange(1, t_len + 1, device=fused.device).expand(bsz, t_len) if positions is None else positions
     feats, outs, chain_k, chain_v = fused, [], [], []
     k0 = v0 = None
     for j in range(steps):
-        x, q, k, v = head.attention_inputs(tokens[:, j: j + t_len], feats, base_pos + j,
-                                           embeds if j == 0 else None)
+        x, q, k, v = head.attention_inputs(tokens[:, j : j + t_len], feats, base_pos + j, embeds if j == 0 else None)
         k, v = _expand_heads(k, group), _expand_heads(v, group)
         if j == 0:
             k0, v0 = k, v
@@ -57,8 +67,18 @@ def ttt_forward(head: EagleHead, fused: torch.Tensor, tokens: torch.Tensor, step
     return outs
 
 
-def ttt_loss(head: EagleHead, fused, tokens, target_logits, valid, steps: int, decay: float = 0.8,
-             token_weights=None, start_mask=None, **forward_options):
+def ttt_loss(
+    head: EagleHead,
+    fused: torch.Tensor,
+    tokens: torch.Tensor,
+    target_logits: torch.Tensor,
+    valid: torch.Tensor,
+    steps: int,
+    decay: float = 0.8,
+    token_weights: torch.Tensor | None = None,
+    start_mask: torch.Tensor | None = None,
+    **forward_options: Any,
+) -> tuple[torch.Tensor, list[float]]:
     """Sum over steps of decay^j * soft cross-entropy against the target's distribution.
 
     target_logits [B, T + steps, Vd]: the target's logits over the draft vocabulary at positions
@@ -68,20 +88,22 @@ def ttt_loss(head: EagleHead, fused, tokens, target_logits, valid, steps: int, d
     ttt_forward. Returns (loss, per-step top-1 agreement list)."""
     outs = ttt_forward(head, fused, tokens, steps, **forward_options)
     t_len = fused.shape[1]
-    total, accs = 0.0, []
+    total: torch.Tensor | float = 0.0
+    accs: list[float] = []
     for j, h in enumerate(outs):
         logq = F.log_softmax(head.draft_logits(h), -1)
-        tgt = target_logits[:, j: j + t_len].float()
+        tgt = target_logits[:, j : j + t_len].float()
         p = F.softmax(tgt, -1)
-        real = valid[:, j: j + t_len].float()
+        real = valid[:, j : j + t_len].float()
         if start_mask is not None:
             real = real * start_mask.float()
         mask = real
         if token_weights is not None:
-            mask = mask * token_weights[:, j: j + t_len]
+            mask = mask * token_weights[:, j : j + t_len]
         ce = -(p * logq).sum(-1)
         denom = mask.sum().clamp_min(1.0)
-        total = total + (decay ** j) * (ce * mask).sum() / denom
+        total = total + (decay**j) * (ce * mask).sum() / denom
         hit = (logq.argmax(-1) == tgt.argmax(-1)).float() * real
         accs.append(float(hit.sum() / real.sum().clamp_min(1.0)))
+    assert isinstance(total, torch.Tensor)  # steps >= 1: at least one step's loss was added
     return total, accs

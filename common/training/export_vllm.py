@@ -6,6 +6,7 @@ states (ids in `eagle_aux_hidden_state_layer_ids`, HF hidden-state indexing), `n
 `lm_head`, and `d2t` stored as offsets (target id - draft id). The head's own layout is the same
 computation, so only names change; embeddings stay the target's.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,11 @@ _NAMES = {
 }
 
 
-def export_vllm_eagle3(head: EagleHead, out_dir, max_position_embeddings: int, dtype=torch.bfloat16) -> Path:
+def export_vllm_eagle3(
+    head: EagleHead, out_dir: str | Path, max_position_embeddings: int, dtype: torch.dtype = torch.bfloat16
+) -> Path:
     from safetensors.torch import save_file
+
     c = head.config
     if len(c.target_layer_ids) != 3:
         raise ValueError(f"vLLM's EAGLE-3 drafts fuse three target layers; this head has {list(c.target_layer_ids)}")
@@ -40,19 +44,30 @@ def export_vllm_eagle3(head: EagleHead, out_dir, max_position_embeddings: int, d
     tensors = {new: state[old].to(dtype) for old, new in _NAMES.items()}
     if head.lm_head is not None:
         tensors["lm_head.weight"] = head.lm_head.weight.detach().to(dtype)
+        assert c.draft_vocab_size is not None  # the head has an lm_head only with a draft vocabulary
         tensors["d2t"] = head.d2t - torch.arange(c.draft_vocab_size)
     else:
         tensors["lm_head.weight"] = head._target_lm_head.to(dtype)
         tensors["d2t"] = torch.zeros(c.vocab_size, dtype=torch.long)
     draft_vocab = c.draft_vocab_size or c.vocab_size
     config = {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
-        "hidden_size": c.hidden_size, "num_attention_heads": c.num_attention_heads,
-        "num_key_value_heads": c.num_key_value_heads, "head_dim": c.head_dim,
-        "intermediate_size": c.intermediate_size, "hidden_act": "silu", "rms_norm_eps": c.rms_norm_eps,
-        "num_hidden_layers": 1, "rope_theta": c.rope_theta, "max_position_embeddings": max_position_embeddings,
-        "vocab_size": c.vocab_size, "draft_vocab_size": draft_vocab, "target_hidden_size": c.target_hidden_size,
-        "tie_word_embeddings": False, "torch_dtype": str(dtype).removeprefix("torch."),
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": c.hidden_size,
+        "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads,
+        "head_dim": c.head_dim,
+        "intermediate_size": c.intermediate_size,
+        "hidden_act": "silu",
+        "rms_norm_eps": c.rms_norm_eps,
+        "num_hidden_layers": 1,
+        "rope_theta": c.rope_theta,
+        "max_position_embeddings": max_position_embeddings,
+        "vocab_size": c.vocab_size,
+        "draft_vocab_size": draft_vocab,
+        "target_hidden_size": c.target_hidden_size,
+        "tie_word_embeddings": False,
+        "torch_dtype": str(dtype).removeprefix("torch."),
         "eagle_aux_hidden_state_layer_ids": list(c.target_layer_ids),
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(c.target_layer_ids), "use_aux_hidden_state": True},
     }

@@ -20,35 +20,43 @@ test task:
   correct(response_ids) -> bool        the task's outcome for a response
   settled(response_ids) -> bool        optional: every continuation of this prefix has its outcome
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
 
 @dataclass
 class MinedMismatch:
-    position: int        # index in the response where the draft differed
+    position: int  # index in the response where the draft differed
     target_token: int
     draft_token: int
-    important: bool      # swapping the draft token in flipped the outcome
+    important: bool  # swapping the draft token in flipped the outcome
     hidden: torch.Tensor  # the target's last hidden state at the draft token [H]
 
 
 @dataclass
 class MinedPrompt:
     prompt: list[int]
-    response: list[int]      # the target's greedy response
-    final: list[int]         # the response after every unimportant swap was kept
-    correct: bool            # the outcome of the target's own response
+    response: list[int]  # the target's greedy response
+    final: list[int]  # the response after every unimportant swap was kept
+    correct: bool  # the outcome of the target's own response
     mismatches: list[MinedMismatch]
 
 
-def mine_prompt(prompt: list[int], response: list[int], draft_all: Callable, regenerate: Callable,
-                hidden_at: Callable, correct: Callable, max_new_tokens: int,
-                settled: Callable | None = None) -> MinedPrompt:
+def mine_prompt(
+    prompt: list[int],
+    response: list[int],
+    draft_all: Callable[[list[int]], Iterable[int]],
+    regenerate: Callable[..., Iterable[int]],
+    hidden_at: Callable[[list[int]], torch.Tensor],
+    correct: Callable[[list[int]], bool],
+    max_new_tokens: int,
+    settled: Callable[[list[int]], bool] | None = None,
+) -> MinedPrompt:
     base = bool(correct(response))
     current = list(response)
     found: list[MinedMismatch] = []
@@ -77,12 +85,19 @@ def mine_prompt(prompt: list[int], response: list[int], draft_all: Callable, reg
     return MinedPrompt(list(prompt), list(response), current, base, found)
 
 
-def _swap(prompt, swapped, regenerate, max_new_tokens, settled):
+def _swap(
+    prompt: list[int],
+    swapped: list[int],
+    regenerate: Callable[..., Iterable[int]],
+    max_new_tokens: int,
+    settled: Callable[[list[int]], bool] | None,
+) -> list[int]:
     """The response with the swap in place, regenerated until it ends, fills the budget, or (when
     the task can tell) its outcome settles."""
     if settled is None:
         return swapped + list(regenerate(prompt + swapped, max_new_tokens - len(swapped)))
     if settled(swapped):
         return swapped
-    return swapped + list(regenerate(prompt + swapped, max_new_tokens - len(swapped),
-                                     until=lambda new: settled(swapped + list(new))))
+    return swapped + list(
+        regenerate(prompt + swapped, max_new_tokens - len(swapped), until=lambda new: settled(swapped + list(new)))
+    )

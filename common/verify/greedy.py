@@ -3,17 +3,27 @@ no child matches. Output equals plain greedy decoding token for token.
 
 `greedy_walk(..., extra=f)` is the lossy extension: where no child matches, the first child with
 f(node, child) true is followed instead. With f never true it is exactly the lossless walk."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import torch
+
 from ..params import reject_unknown
+from ..random_source import RandomSource
+from ..sampling import SamplingParams
+from ..tree import DraftTree
 from .registry import Accepted, register_rule
 
 
-def greedy_walk(tree, target_logits, extra=None) -> Accepted:
+def greedy_walk(
+    tree: DraftTree, target_logits: torch.Tensor, extra: Callable[[int, int], bool] | None = None
+) -> Accepted:
     return greedy_walk_argmax(tree, target_logits.argmax(-1).tolist(), extra)
 
 
-def greedy_walk_argmax(tree, best: list[int], extra=None) -> Accepted:
+def greedy_walk_argmax(tree: DraftTree, best: list[int], extra: Callable[[int, int], bool] | None = None) -> Accepted:
     """The walk from the target's argmax token at each node (`best[i]` for node i)."""
     tokens = tree.tokens.tolist()
     node, path = 0, [0]
@@ -29,6 +39,8 @@ def greedy_walk_argmax(tree, best: list[int], extra=None) -> Accepted:
 
 
 @register_rule("greedy")
-def verify_tree_greedy(tree, target_logits, params, rng, **options) -> Accepted:
+def verify_tree_greedy(
+    tree: DraftTree, target_logits: torch.Tensor, params: SamplingParams, rng: RandomSource, **options: object
+) -> Accepted:
     reject_unknown("acceptance rule 'greedy'", options, ())
     return greedy_walk(tree, target_logits)

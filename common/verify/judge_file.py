@@ -13,6 +13,7 @@ File: JSON (a few times the hidden size in numbers), fields
   provenance    free-form: target, task, data sizes, C, validation ROC-AUC, ...
 p(important | h) = sigmoid(weights . (h - mean) / scale + bias).
 """
+
 from __future__ import annotations
 
 import json
@@ -20,6 +21,7 @@ import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from functools import cached_property, lru_cache
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -36,12 +38,12 @@ class JudgeFile:
     scale: tuple[float, ...]
     weights: tuple[float, ...]
     bias: float
-    thresholds: dict = field(default_factory=dict)
-    provenance: dict = field(default_factory=dict)
+    thresholds: dict[str, float] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
     feature: str = FEATURE
     format: str = FORMAT
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         where = f"judge file ({self.provenance.get('path', 'in memory')})"
         if self.format != FORMAT:
             raise ConfigError(f"{where}: format={self.format!r}; this version reads {FORMAT!r}")
@@ -67,23 +69,29 @@ class JudgeFile:
 
     def check_hidden_size(self, hidden_size: int, owner: str) -> None:
         if hidden_size != self.hidden_size:
-            raise ConfigError(f"{owner}: the judge was trained for hidden_size={self.hidden_size}; "
-                              f"this target's hidden_size is {hidden_size}")
+            raise ConfigError(
+                f"{owner}: the judge was trained for hidden_size={self.hidden_size}; "
+                f"this target's hidden_size is {hidden_size}"
+            )
 
-    def threshold(self, value, owner: str) -> float:
+    def threshold(self, value: object, owner: str) -> float:
         """A number in [0, 1], or the name of one of the file's operating points."""
         if isinstance(value, str):
             if value not in self.thresholds:
-                raise ConfigError(f"{owner}: threshold={value!r} is not one of the judge's operating points "
-                                  f"{sorted(self.thresholds)} (or give a number in [0, 1])")
+                raise ConfigError(
+                    f"{owner}: threshold={value!r} is not one of the judge's operating points "
+                    f"{sorted(self.thresholds)} (or give a number in [0, 1])"
+                )
             return float(self.thresholds[value])
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-            raise ConfigError(f"{owner}: threshold={value!r} must be a number in [0, 1] or an operating point "
-                              f"name {sorted(self.thresholds)}")
+            raise ConfigError(
+                f"{owner}: threshold={value!r} must be a number in [0, 1] or an operating point "
+                f"name {sorted(self.thresholds)}"
+            )
         return float(value)
 
     @cached_property
-    def tensors(self):
+    def tensors(self) -> tuple[torch.Tensor, float]:
         """(weights / scale, bias - weights . mean / scale) in float64: p = sigmoid(h . a + c).
         Computed once per loaded file (verification reads it every step)."""
         w = torch.tensor(self.weights, dtype=torch.float64)
@@ -97,11 +105,11 @@ class JudgeFile:
         a, c = self.tensors
         return torch.sigmoid(hidden.double() @ a + c)
 
-    def save(self, path) -> None:
+    def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(asdict(self), indent=1))
 
     @classmethod
-    def load(cls, path) -> "JudgeFile":
+    def load(cls, path: str | Path) -> JudgeFile:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"judge file {str(path)!r} does not exist")
@@ -127,7 +135,7 @@ def _load_cached(path: str, mtime_ns: int) -> JudgeFile:
     return JudgeFile.load(path)
 
 
-def load_judge(path) -> JudgeFile:
+def load_judge(path: str | Path | JudgeFile) -> JudgeFile:
     """Loaded once per file version (keyed by path and modification time); a missing file is
     refused by JudgeFile.load. A JudgeFile already loaded is returned as it is."""
     if isinstance(path, JudgeFile):

@@ -3,11 +3,15 @@ when KL(q || p) < threshold (nats), q the draft's and p the target's distributio
 
 Where the tree carries no draft distribution (prompt lookup) q is one-hot on the child, so the
 divergence is -log p(child). KL >= 0, so threshold 0 accepts nothing extra: lossless output."""
+
 from __future__ import annotations
 
 import torch
 
 from ..params import check_float, reject_unknown
+from ..random_source import RandomSource
+from ..sampling import SamplingParams
+from ..tree import DraftTree
 from .lossy import criterion_probs, extended_walk
 from .registry import Accepted, register_rule
 
@@ -24,7 +28,14 @@ def kl_divergence(q: torch.Tensor, p: torch.Tensor) -> float:
 
 
 @register_rule("kl-judge")
-def verify_tree_kl_judge(tree, target_logits, params, rng, threshold: float = 0.5, **options) -> Accepted:
+def verify_tree_kl_judge(
+    tree: DraftTree,
+    target_logits: torch.Tensor,
+    params: SamplingParams,
+    rng: RandomSource,
+    threshold: float = 0.5,
+    **options: object,
+) -> Accepted:
     reject_unknown(OWNER, options, ("threshold",))
     check_float(OWNER, "threshold", threshold, 0.0)
     probs = criterion_probs(target_logits, params)

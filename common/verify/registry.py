@@ -1,8 +1,10 @@
 """The rule registry and the result type every rule returns."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, TypeVar
 
 import torch
 
@@ -12,7 +14,10 @@ from ..sampling import SamplingParams
 from ..tree import DraftTree
 
 LOSSLESS_RULES = frozenset({"greedy", "sampling"})
-_RULES: dict[str, Callable] = {}
+# A rule: (tree, target_logits, params, rng, **options) -> Accepted.
+Rule = Callable[..., "Accepted"]
+R = TypeVar("R", bound=Rule)
+_RULES: dict[str, Rule] = {}
 _NEEDS_HIDDEN: set[str] = set()
 
 
@@ -20,6 +25,7 @@ _NEEDS_HIDDEN: set[str] = set()
 class Accepted:
     """`nodes`: accepted node indices from the root (always node 0) down the tree;
     `bonus`: the token the target emits after the last accepted node."""
+
     nodes: tuple[int, ...]
     bonus: int
 
@@ -31,16 +37,18 @@ class Accepted:
         return [int(tree.tokens[i]) for i in self.nodes[1:]] + [self.bonus]
 
 
-def register_rule(name: str, needs_hidden: bool = False):
+def register_rule(name: str, needs_hidden: bool = False) -> Callable[[R], R]:
     """`needs_hidden`: the rule reads the target's last hidden state per tree node (the rows the
     verify forward already computed), passed as `target_hidden` [num_nodes, hidden]."""
-    def deco(fn):
+
+    def deco(fn: R) -> R:
         if name in _RULES:
             raise ConfigError(f"verification rule {name!r} is already registered")
         _RULES[name] = fn
         if needs_hidden:
             _NEEDS_HIDDEN.add(name)
         return fn
+
     return deco
 
 
@@ -56,7 +64,7 @@ def available_rules() -> list[str]:
     return sorted(_RULES) + ["auto"]
 
 
-def get_rule(name: str, params: SamplingParams) -> Callable:
+def get_rule(name: str, params: SamplingParams) -> Rule:
     """`auto` is greedy at temperature 0 and exact sampling otherwise, as the engines choose."""
     if name == "auto":
         name = "greedy" if params.greedy else "sampling"
@@ -67,18 +75,24 @@ def get_rule(name: str, params: SamplingParams) -> Callable:
     return _RULES[name]
 
 
-def verify(tree: DraftTree, target_logits: torch.Tensor, params: SamplingParams,
-           rule: str = "auto", rng: RandomSource | None = None, target_hidden: torch.Tensor | None = None,
-           **options) -> Accepted:
+def verify(
+    tree: DraftTree,
+    target_logits: torch.Tensor,
+    params: SamplingParams,
+    rule: str = "auto",
+    rng: RandomSource | None = None,
+    target_hidden: torch.Tensor | None = None,
+    **options: Any,
+) -> Accepted:
     if target_logits.dim() != 2 or target_logits.shape[0] != tree.num_nodes:
-        raise ValueError(f"target_logits must be [num_nodes={tree.num_nodes}, vocab]; "
-                         f"got {tuple(target_logits.shape)}")
+        raise ValueError(f"target_logits must be [num_nodes={tree.num_nodes}, vocab]; got {tuple(target_logits.shape)}")
     rng = rng or TorchRandom(generator=torch.default_generator)  # a fresh TorchRandom() repeats its stream
     fn = get_rule(rule, params)
     if rule in _NEEDS_HIDDEN:
         if target_hidden is None or target_hidden.dim() != 2 or target_hidden.shape[0] != tree.num_nodes:
             got = None if target_hidden is None else tuple(target_hidden.shape)
-            raise ValueError(f"acceptance rule {rule!r} needs target_hidden [num_nodes={tree.num_nodes}, hidden]; "
-                             f"got {got}")
+            raise ValueError(
+                f"acceptance rule {rule!r} needs target_hidden [num_nodes={tree.num_nodes}, hidden]; got {got}"
+            )
         return fn(tree, target_logits, params, rng, target_hidden=target_hidden, **options)
     return fn(tree, target_logits, params, rng, **options)

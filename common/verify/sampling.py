@@ -9,12 +9,17 @@ When no child is accepted the bonus token is drawn from the residual; when a lea
 is drawn from that leaf's target distribution. Both p and q are processed by the same
 `process_logits` parameters (the drafter applies them to q before sampling).
 """
+
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
 from ..params import reject_unknown
-from ..sampling import process_logits
+from ..random_source import RandomSource
+from ..sampling import SamplingParams, process_logits
+from ..tree import DraftTree
 from .registry import Accepted, register_rule
 
 
@@ -24,7 +29,13 @@ def _normalise(p: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
     return p / total if total > 0 else fallback
 
 
-def sampling_walk(tree, target_logits, params, rng, extra=None) -> Accepted:
+def sampling_walk(
+    tree: DraftTree,
+    target_logits: torch.Tensor,
+    params: SamplingParams,
+    rng: RandomSource,
+    extra: Callable[[int, int], bool] | None = None,
+) -> Accepted:
     """Exact rejection sampling; with `extra`, a child the test rejects is still followed when
     extra(node, child) is true (lossy). `extra` draws no randomness, so with it never true the walk
     consumes the same random stream and returns what the lossless rule returns."""
@@ -36,6 +47,7 @@ def sampling_walk(tree, target_logits, params, rng, extra=None) -> Accepted:
         kids = tree.children(node)
         nxt = None
         if tree.sampled_children and kids:
+            assert tree.draft_probs is not None  # DraftTree: sampled_children needs draft_probs
             q = tree.draft_probs[node].to(p.dtype)
             for c in kids:
                 x = tokens[c]
@@ -60,6 +72,8 @@ def sampling_walk(tree, target_logits, params, rng, extra=None) -> Accepted:
 
 
 @register_rule("sampling")
-def verify_tree_sampling(tree, target_logits, params, rng, **options) -> Accepted:
+def verify_tree_sampling(
+    tree: DraftTree, target_logits: torch.Tensor, params: SamplingParams, rng: RandomSource, **options: object
+) -> Accepted:
     reject_unknown("acceptance rule 'sampling'", options, ())
     return sampling_walk(tree, target_logits, params, rng)

@@ -4,6 +4,7 @@ still accepted when p(x) > min(eps, delta * exp(-H(p))), p the target's distribu
 The criterion only ever adds acceptances to the lossless rule of the request's kind, so eps = 0
 (or delta = 0) accepts nothing extra and reproduces lossless output exactly. Never the default.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,6 +13,9 @@ from functools import cache
 import torch
 
 from ..params import check_float, reject_unknown
+from ..random_source import RandomSource
+from ..sampling import SamplingParams
+from ..tree import DraftTree
 from .lossy import criterion_probs, extended_walk
 from .registry import Accepted, register_rule
 
@@ -19,8 +23,15 @@ OWNER = "acceptance rule 'typical'"
 
 
 @register_rule("typical")
-def verify_tree_typical(tree, target_logits, params, rng, eps: float = 0.09, delta: float = 0.3,
-                        **options) -> Accepted:
+def verify_tree_typical(
+    tree: DraftTree,
+    target_logits: torch.Tensor,
+    params: SamplingParams,
+    rng: RandomSource,
+    eps: float = 0.09,
+    delta: float = 0.3,
+    **options: object,
+) -> Accepted:
     reject_unknown(OWNER, options, ("eps", "delta"))
     check_float(OWNER, "eps", eps, 0.0, 1.0)
     check_float(OWNER, "delta", delta, 0.0)

@@ -6,19 +6,35 @@ With one_at_a_time (all configs, or those named) each prompt is generated alone 
 seconds per prompt). Run it with
 SGLANG_USE_CPU_ENGINE=1 and stand_in_site on PYTHONPATH (see test_sage_engine.py); the SGLang
 benchmark (benchmarks/sglang_speed.py) runs it too."""
+
 import json
 import sys
 import time
 
-BASE = dict(device="cpu", attention_backend="torch_native", dtype="float32", skip_tokenizer_init=True,
-            disable_cuda_graph=True, disable_overlap_schedule=True, mem_fraction_static=0.2, max_total_tokens=8192,
-            log_level="error")
-META = ("completion_tokens", "spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts",
-        "sagespec_lossy_acceptance", "sagespec_tree_shape")
+BASE = dict(
+    device="cpu",
+    attention_backend="torch_native",
+    dtype="float32",
+    skip_tokenizer_init=True,
+    disable_cuda_graph=True,
+    disable_overlap_schedule=True,
+    mem_fraction_static=0.2,
+    max_total_tokens=8192,
+    log_level="error",
+)
+META = (
+    "completion_tokens",
+    "spec_verify_ct",
+    "spec_num_correct_drafts",
+    "spec_num_proposed_drafts",
+    "sagespec_lossy_acceptance",
+    "sagespec_tree_shape",
+)
 
 
 def run(spec: dict) -> dict:
     import sglang
+
     params = {"temperature": 0, "max_new_tokens": spec["max_new_tokens"], **spec.get("sampling", {})}
     per_prompt = [{**params, **p} for p in spec.get("per_prompt", [{}] * len(spec["prompts"]))]
     alone = spec.get("one_at_a_time")
@@ -37,8 +53,11 @@ def run(spec: dict) -> dict:
                 outs, seconds = engine.generate(input_ids=spec["prompts"], sampling_params=per_prompt), None
         finally:
             engine.shutdown()
-        results[name] = {"tokens": [o["output_ids"] for o in outs], "seconds": seconds,
-                         "meta": [{k: o["meta_info"].get(k) for k in META} for o in outs]}
+        results[name] = {
+            "tokens": [o["output_ids"] for o in outs],
+            "seconds": seconds,
+            "meta": [{k: o["meta_info"].get(k) for k in META} for o in outs],
+        }
     return results
 
 

@@ -10,6 +10,7 @@ puts a module finder first on sys.meta_path that answers `sgl_kernel` and `sgl_k
 So whatever runs is SGLang's own Python and Triton code, sgl_kernel's plain Python, or ours; a
 path that would need a CUDA op fails loudly instead of silently using something else.
 """
+
 from __future__ import annotations
 
 import importlib.abc
@@ -28,6 +29,7 @@ class StandInCalled(RuntimeError):
 def _op(qualname: str):
     def op(*args, **kwargs):
         raise StandInCalled(f"{qualname} is a CUDA op of sgl_kernel; the CPU test stand-in cannot run it")
+
     op.__qualname__ = op.__name__ = qualname
     return op
 

@@ -1,4 +1,5 @@
 """Running SGLang checks in a fresh Python process, as its launcher runs plugins."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,13 @@ import textwrap
 
 
 def run_python(code: str, *argv: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *argv], capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ) if env is None else env)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ) if env is None else env,
+    )
 
 
 def last_json(out: subprocess.CompletedProcess):

@@ -2,6 +2,7 @@
 greedy identity will be checked against. It runs with SGLang's CPU engine switch, its torch_native
 attention backend and the test-only sgl_kernel stand-in in every SGLang process, so this also
 checks that no path of plain greedy decoding needs a CUDA op of sgl_kernel (the stand-in raises)."""
+
 import json
 import os
 
@@ -37,8 +38,11 @@ ENGINE = """
 
 def test_sglang_cpu_engine_greedy_equals_transformers(tmp_path):
     prompts = [[5, 6, 7, 8], [40, 41, 42, 43, 44, 45, 46]]
-    env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1",
-           "PYTHONPATH": os.pathsep.join([os.path.join(HERE, "stand_in_site"), os.path.join(HERE, "..", "..", "tests")])}
+    env = {
+        **os.environ,
+        "SGLANG_USE_CPU_ENGINE": "1",
+        "PYTHONPATH": os.pathsep.join([os.path.join(HERE, "stand_in_site"), os.path.join(HERE, "..", "..", "tests")]),
+    }
     out = last_json(run_python(ENGINE, str(tmp_path / "tiny"), json.dumps(prompts), env=env))
     assert out["stand_in"].endswith("cpu-test-stand-in")
     assert out["sglang"] == out["transformers"]

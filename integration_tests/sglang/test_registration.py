@@ -1,5 +1,6 @@
 """Registration through SGLang's plugin entry points, server arguments with sage resolved by
 SGLang itself, and SGLang releases or hooks we do not support."""
+
 import json
 
 import pytest
@@ -56,21 +57,32 @@ PARSE = """
 
 GOOD = [
     ([], [9, 8, 8, False]),
-    (["--speculative-num-draft-tokens", "12", "--speculative-num-steps", "5", "--speculative-eagle-topk", "3"],
-     [12, 5, 3, False]),
-    (["--speculative-adaptive-config", json.dumps({"policy": "chain", "acceptance": {"rule": "typical"}})],
-     [9, 8, 8, False]),
+    (
+        ["--speculative-num-draft-tokens", "12", "--speculative-num-steps", "5", "--speculative-eagle-topk", "3"],
+        [12, 5, 3, False],
+    ),
+    (
+        ["--speculative-adaptive-config", json.dumps({"policy": "chain", "acceptance": {"rule": "typical"}})],
+        [9, 8, 8, False],
+    ),
     (["--speculative-adaptive-config", '{"drafter": "eagle"}'], [9, 8, 8, True]),  # features need every prefix
 ]
 BAD = [
     (["--speculative-num-steps", "20"], "--speculative-num-steps=20 is out of range"),
     (["--speculative-adaptive-config", '{"colour": "blue"}'], "unknown option(s) ['colour']"),
     (["--speculative-adaptive-config", '{"acceptance": "nope"}'], "acceptance rule 'nope' is unknown"),
-    (["--speculative-adaptive-config", '{"policy_options": {"max_width": 2}}'],
-     "policy_options.max_width is set by --speculative-eagle-topk"),
+    (
+        ["--speculative-adaptive-config", '{"policy_options": {"max_width": 2}}'],
+        "policy_options.max_width is set by --speculative-eagle-topk",
+    ),
     (["--speculative-adaptive"], "--speculative-adaptive is SGLang's step-count controller"),
-    (["--speculative-adaptive-config", json.dumps({"drafter": "eagle", "acceptance": {
-        "rule": "judge", "path": "judge.json", "threshold": 0.5}})], "drafter 'eagle' with acceptance 'judge'"),
+    (
+        [
+            "--speculative-adaptive-config",
+            json.dumps({"drafter": "eagle", "acceptance": {"rule": "judge", "path": "judge.json", "threshold": 0.5}}),
+        ],
+        "drafter 'eagle' with acceptance 'judge'",
+    ),
 ]
 
 
@@ -109,11 +121,16 @@ GATE = """
 """
 
 
-@pytest.mark.parametrize("setup, reason", [
-    ("import sglang; sglang.__version__ = '0.4.0'", "SGLang 0.4.0 is not a release sagespec is tested against"),
-    ("from sglang.srt.speculative.spec_registry import CustomSpecAlgo; del CustomSpecAlgo.create_worker",
-     "CustomSpecAlgo.create_worker: missing"),
-])
+@pytest.mark.parametrize(
+    "setup, reason",
+    [
+        ("import sglang; sglang.__version__ = '0.4.0'", "SGLang 0.4.0 is not a release sagespec supports"),
+        (
+            "from sglang.srt.speculative.spec_registry import CustomSpecAlgo; del CustomSpecAlgo.create_worker",
+            "CustomSpecAlgo.create_worker: missing",
+        ),
+    ],
+)
 def test_unsupported_sglang_is_left_unmodified_and_says_why(setup, reason):
     found = last_json(run_python(GATE.format(setup=setup)))
     assert reason in found["refused"]

@@ -2,10 +2,12 @@
 Triton's interpreter on CPU tensors): the positions and first-child/next-sibling links SGLang
 derives from our mask are our tree's, and SGLang's greedy tree verification accepts exactly the
 path our greedy verification accepts, padding included."""
+
 import importlib
 
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sagespec.common.sampling import SamplingParams
 from sagespec.common.tree import DraftTree
@@ -48,11 +50,13 @@ def sglang_greedy_tree_verify():
 
 def sglang_tree_links(layout, seq_lens):
     from sglang.kernels.ops.speculative.reconstruct_tree import reconstruct_indices_from_tree_mask_triton
+
     bs, n = layout.tokens.shape
     positions = torch.empty(bs * n, dtype=torch.long)
     index, first, sibling = (torch.empty(bs, n, dtype=torch.long) for _ in range(3))
-    reconstruct_indices_from_tree_mask_triton(layout.mask.flatten().contiguous(), seq_lens, positions, index, first,
-                                              sibling, bs, n)
+    reconstruct_indices_from_tree_mask_triton(
+        layout.mask.flatten().contiguous(), seq_lens, positions, index, first, sibling, bs, n
+    )
     return positions.view(bs, n), index, first, sibling
 
 

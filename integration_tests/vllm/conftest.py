@@ -3,6 +3,7 @@
 vLLM reads these before it is first imported: one process (engine core in-process), a small KV
 cache, two OpenMP threads (oversubscription on small machines is ~10x slower).
 """
+
 import os
 import sys
 
@@ -20,13 +21,15 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def smollm2_folder():
     from sagespec.plugins.transformers.model_loading import smollm2_folder
+
     return smollm2_folder()
 
 
 @pytest.fixture(scope="session")
 def mtbench_prompts(smollm2_folder):
     """The first 16 MT-Bench first turns through SmolLM2's chat template, as token ids."""
-    from sagespec.plugins.transformers.chat_prompts import chat_prompt_ids
+    from sagespec.plugins.transformers.data.chat_prompts import chat_prompt_ids
+
     return chat_prompt_ids(smollm2_folder, 16)
 
 
@@ -34,6 +37,7 @@ def mtbench_prompts(smollm2_folder):
 def tiny_folder(tmp_path_factory):
     """A tiny random Llama (vocabulary 8, peaked distributions) saved as a folder vLLM can load."""
     from tiny_models import tiny_llama
+
     folder = tmp_path_factory.mktemp("tiny-llama")
     tiny_llama(vocab_size=8, init_std=0.5, seed=3).save_pretrained(folder)
     return folder
@@ -44,6 +48,7 @@ def stand_in_folder(smollm2_folder):
     """The smollm2-llava vision-language stand-in (built once, as the reference runtime builds it)."""
     from sagespec.plugins.transformers.model_loading import cache_dir
     from sagespec.plugins.transformers.vlm_stand_in import stand_in_folder
+
     return stand_in_folder(cache_dir(), smollm2_folder)
 
 
@@ -51,7 +56,9 @@ def stand_in_folder(smollm2_folder):
 def image_requests(stand_in_folder):
     """Three image + question requests (shapes drawn with PIL) through the stand-in's chat template."""
     from transformers import AutoProcessor
-    from sagespec.plugins.transformers.vision_prompts import vision_requests
+
+    from sagespec.plugins.transformers.data.vision_prompts import vision_requests
+
     processor = AutoProcessor.from_pretrained(stand_in_folder)
     requests = []
     for image, question in vision_requests(3):

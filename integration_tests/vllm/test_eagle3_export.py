@@ -1,5 +1,6 @@
 """vLLM's own `method: eagle3`, loading the shipped head through sagespec's exporter, drafts what
 sagespec's EAGLE chain drafts with the same head: same outputs, same acceptance (fp32)."""
+
 import json
 import os
 import subprocess
@@ -31,13 +32,20 @@ def test_vllm_eagle3_with_exported_head_accepts_what_sage_accepts(smollm2_folder
 
     from sagespec.common.shipped import shipped_head
     from sagespec.plugins.transformers.drafter_export import export_head_for_vllm
+
     export = export_head_for_vllm(shipped_head("smollm2"), smollm2_folder, tmp_path / "eagle3", dtype=torch.float32)
     prompts = mtbench_prompts[:NUM_PROMPTS]
 
-    script = textwrap.dedent(EAGLE3_SCRIPT).format(here=os.path.dirname(os.path.abspath(__file__)), export=str(export),
-                                                   model=str(smollm2_folder), depth=DEPTH, max_tokens=MAX_TOKENS)
-    done = subprocess.run([sys.executable, "-c", script, json.dumps(prompts)], capture_output=True, text=True,
-                          timeout=600)
+    script = textwrap.dedent(EAGLE3_SCRIPT).format(
+        here=os.path.dirname(os.path.abspath(__file__)),
+        export=str(export),
+        model=str(smollm2_folder),
+        depth=DEPTH,
+        max_tokens=MAX_TOKENS,
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(prompts)], capture_output=True, text=True, timeout=600
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, f"vLLM eagle3 run failed:\n{done.stderr[-3000:]}"
     theirs = json.loads(lines[-1].removeprefix("RESULT "))

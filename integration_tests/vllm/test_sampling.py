@@ -1,17 +1,18 @@
 """At temperature 1, method 'sage' samples from the target's distribution (chi-square against the
 exact joint distribution of the first three tokens, computed with transformers)."""
+
 import pytest
 import torch
-
 from distribution_stats import chi_square_pvalue, exact_joint, greedy_continuation
 from vllm_lane import counters_during, engine
 
-V = 8   # the tiny model's vocabulary
+V = 8  # the tiny model's vocabulary
 N = 4000
 
 
 def sample_counts(llm, prompt):
     from vllm import SamplingParams, TokensPrompt
+
     # No per-request seeds: on vLLM's CPU build, seeded requests whose prefill is chunked crash
     # ("CPU Generator does not use offset"). Draws come from the engine's seeded generator.
     params = SamplingParams(temperature=1.0, max_tokens=3, detokenize=False, ignore_eos=True)
@@ -35,8 +36,7 @@ def setting(tiny_folder):
 def test_sampling_matches_the_target_distribution(tiny_folder, setting):
     prompt, exact, colder = setting
     kwargs = dict(max_num_seqs=256, skip_tokenizer_init=True, max_model_len=512)
-    spec = {"method": "sage", "drafter": "ngram", "num_speculative_tokens": 4,
-            "drafter_options": {"min_ngram": 1}}
+    spec = {"method": "sage", "drafter": "ngram", "num_speculative_tokens": 4, "drafter_options": {"min_ngram": 1}}
     with engine(tiny_folder, spec=spec, **kwargs) as llm:
         sage, counts = counters_during(llm, lambda: sample_counts(llm, prompt))
     with engine(tiny_folder, spec=None, **kwargs) as llm:
@@ -44,7 +44,7 @@ def test_sampling_matches_the_target_distribution(tiny_folder, setting):
     drafted, accepted = counts["vllm:spec_decode_num_draft_tokens"], counts["vllm:spec_decode_num_accepted_tokens"]
     assert 0 < accepted < drafted, f"need both accepted and rejected drafts; got {accepted}/{drafted}"
     p_plain, p_sage = (chi_square_pvalue(c.flatten(), exact.flatten()) for c in (plain, sage))
-    assert p_plain > 1e-3, f"plain vLLM vs the exact distribution: p={p_plain}"   # the oracle is right
+    assert p_plain > 1e-3, f"plain vLLM vs the exact distribution: p={p_plain}"  # the oracle is right
     assert p_sage > 1e-3, f"sage vs the exact distribution: p={p_sage}"
     # The test has power: the same samples are far from the temperature-0.7 distribution.
     assert chi_square_pvalue(sage.flatten(), colder.flatten()) < 1e-3

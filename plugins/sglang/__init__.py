@@ -7,4 +7,5 @@ Importing this package imports nothing of SGLang; SGLang calls `register()` thro
 
 def register() -> None:
     from .registration import register as _register
+
     _register()

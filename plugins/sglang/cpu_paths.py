@@ -9,6 +9,7 @@ attention path without tree masks. Installed only when SGLang runs its CPU engin
   window if it has one, scored as that backend scores (it applies no logit cap), read straight
   from the pool (sagespec.kernels' paged tree attention, planned once per step and window).
 """
+
 from __future__ import annotations
 
 import torch
@@ -23,11 +24,15 @@ TORCH_NATIVE = "sglang.srt.layers.attention.torch_native_backend"
 
 HOOKS = (
     Hook(f"{POOL}:MHATokenToKVPool._init_kv_copy_and_warmup"),
-    Hook(f"{ALLOCATION}:assign_req_to_token_pool_func",
-         params=("req_pool_indices", "req_to_token", "start_offset", "end_offset", "out_cache_loc", "batch_size")),
+    Hook(
+        f"{ALLOCATION}:assign_req_to_token_pool_func",
+        params=("req_pool_indices", "req_to_token", "start_offset", "end_offset", "out_cache_loc", "batch_size"),
+    ),
     Hook(f"{SPEC_UTILS}:assign_req_to_token_pool_func"),
-    Hook(f"{TORCH_NATIVE}:TorchNativeAttnBackend.forward_extend",
-         params=("q", "k", "v", "layer", "forward_batch", "save_kv_cache")),
+    Hook(
+        f"{TORCH_NATIVE}:TorchNativeAttnBackend.forward_extend",
+        params=("q", "k", "v", "layer", "forward_batch", "save_kv_cache"),
+    ),
     Hook(f"{POOL}:KVWriteLoc", kind="class"),
 )
 
@@ -35,19 +40,20 @@ HOOKS = (
 def sage_active() -> bool:
     try:
         from sglang.srt.runtime_context import get_spec
+
         return (get_spec().speculative_algorithm or "").upper() == "SAGE"
     except Exception:  # no published config in this process: not an engine process
         return False
 
 
-def assign_req_to_token_pool(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc,
-                             batch_size):
+def assign_req_to_token_pool(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size):
     """req_to_token[pool[b], start[b]:end[b]] = the next end[b]-start[b] entries of out_cache_loc."""
     offset = 0
     for b in range(int(batch_size)):
         start, end = int(start_offset[b]), int(end_offset[b])
-        req_to_token[int(req_pool_indices[b]), start:end] = out_cache_loc[offset: offset + end - start].to(
-            req_to_token.dtype)
+        req_to_token[int(req_pool_indices[b]), start:end] = out_cache_loc[offset : offset + end - start].to(
+            req_to_token.dtype
+        )
         offset += end - start
 
 
@@ -57,16 +63,20 @@ def _skip_warmup(original):
             self._kv_copy_config = None
             return None
         return original(self)
+
     return init_kv_copy_and_warmup
 
 
 def _assign(original):
-    def assign_req_to_token_pool_func(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc,
-                                      batch_size):
+    def assign_req_to_token_pool_func(
+        req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size
+    ):
         if sage_active():
-            return assign_req_to_token_pool(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc,
-                                            batch_size)
+            return assign_req_to_token_pool(
+                req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size
+            )
         return original(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size)
+
     return assign_req_to_token_pool_func
 
 
@@ -99,6 +109,7 @@ def tree_verify_attention(backend, q, k, v, layer, forward_batch):
     """TARGET_VERIFY rows of a sage batch: write the tree tokens' KV, then attend over each request's
     prefix and tree straight from the pool, with a plan built once per step (at the first layer)."""
     from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+
     pool = backend.token_to_kv_pool
     if k is not None and v is not None:
         pool.set_kv_buffer(layer, KVWriteLoc(forward_batch.out_cache_loc, backend.swa_out_cache_loc), k, v)
@@ -108,23 +119,32 @@ def tree_verify_attention(backend, q, k, v, layer, forward_batch):
         rows = backend.req_to_token_pool.req_to_token
         pools, n = forward_batch.req_pool_indices.tolist(), spec.draft_token_num
         spec.sage_plans[window] = PagedTreeAttentionPlan.build(
-            BlockLayout.token_pool(layer.qk_head_dim), spec.sage_trees, forward_batch.seq_lens.tolist(),
-            [b * n for b in range(len(pools))], [rows[p] for p in pools], window=window)
+            BlockLayout.token_pool(layer.qk_head_dim),
+            spec.sage_trees,
+            forward_batch.seq_lens.tolist(),
+            [b * n for b in range(len(pools))],
+            [rows[p] for p in pools],
+            window=window,
+        )
     q_ = q.view(-1, layer.tp_q_head_num, layer.qk_head_dim)
     out = torch.zeros(q_.shape[0], layer.tp_q_head_num * layer.v_head_dim, dtype=q.dtype)  # pads' rows stay 0
     # No logit cap: the scores must be the engine's own, and SGLang's torch-native attention applies
     # none (it ignores `layer.logit_cap`, e.g. Gemma 2's).
-    spec.sage_plans[window].run_token_pool(q_, pool.get_key_buffer(layer.layer_id),
-                                           pool.get_value_buffer(layer.layer_id), out, scale=layer.scaling)
+    spec.sage_plans[window].run_token_pool(
+        q_, pool.get_key_buffer(layer.layer_id), pool.get_value_buffer(layer.layer_id), out, scale=layer.scaling
+    )
     return out
 
 
 def _attention(original):
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, *args, **kwargs):
-        if forward_batch.forward_mode.is_target_verify() and getattr(forward_batch.spec_info, "sage_trees", None) \
-                is not None:
+        if (
+            forward_batch.forward_mode.is_target_verify()
+            and getattr(forward_batch.spec_info, "sage_trees", None) is not None
+        ):
             return tree_verify_attention(self, q, k, v, layer, forward_batch)
         return original(self, q, k, v, layer, forward_batch, save_kv_cache, *args, **kwargs)
+
     return forward_extend
 
 

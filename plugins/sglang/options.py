@@ -12,6 +12,7 @@ option for the rest, validated when SGLang resolves its server arguments.
 SGLang's `--speculative-adaptive` (a step-count controller for its EAGLE worker) is refused: sage
 chooses the whole tree shape every step.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,7 @@ OWNER = "--speculative-algorithm sage"
 CONFIG_FLAG = "--speculative-adaptive-config"
 DRAFTERS = (*LOOKUP_DRAFTERS, "draft_model", "eagle")
 JSON_KEYS = ("drafter", "policy", "policy_options", "drafter_options", "acceptance")
-DEFAULT_DRAFT_TOKENS = 9   # root + 8 drafted nodes, the vLLM plugin's default budget
+DEFAULT_DRAFT_TOKENS = 9  # root + 8 drafted nodes, the vLLM plugin's default budget
 MAX_DRAFT_TOKENS = 65
 # Which SGLang flag sets which option of each policy; those options may not come from the JSON too.
 FLAG_OPTIONS = {
@@ -42,7 +43,7 @@ FLAG_OPTIONS = {
 @dataclass(frozen=True)
 class SageOptions:
     drafter: str = "ngram"
-    model: str | None = None            # draft model or EAGLE head folder (eagle default: shipped head)
+    model: str | None = None  # draft model or EAGLE head folder (eagle default: shipped head)
     num_draft_tokens: int = DEFAULT_DRAFT_TOKENS
     num_steps: int = DEFAULT_DRAFT_TOKENS - 1
     eagle_topk: int = DEFAULT_DRAFT_TOKENS - 1
@@ -63,8 +64,7 @@ class SageOptions:
 
     def policy_kwargs(self) -> dict:
         values = {"num_draft_tokens": self.budget, "num_steps": self.num_steps, "eagle_topk": self.eagle_topk}
-        return {**self.policy_options,
-                **{key: values[flag] for key, flag in FLAG_OPTIONS.get(self.policy, {}).items()}}
+        return {**self.policy_options, **{key: values[flag] for key, flag in FLAG_OPTIONS.get(self.policy, {}).items()}}
 
     def make_policy(self):
         return make_policy(self.policy, **self.policy_kwargs())
@@ -115,8 +115,10 @@ def parse_server_args(cfg) -> SageOptions:
     """Our options from SGLang's server arguments (any object with its speculative_* fields).
     Raises ConfigError naming the flag or JSON key at fault."""
     if getattr(cfg, "speculative_adaptive", False):
-        raise ConfigError(f"{OWNER}: --speculative-adaptive is SGLang's step-count controller for EAGLE; "
-                          f"sage adapts the whole tree each step, so drop it (policy options go in {CONFIG_FLAG})")
+        raise ConfigError(
+            f"{OWNER}: --speculative-adaptive is SGLang's step-count controller for EAGLE; "
+            f"sage adapts the whole tree each step, so drop it (policy options go in {CONFIG_FLAG})"
+        )
     config = read_config_json(getattr(cfg, "speculative_adaptive_config", None))
     reject_unknown(f"{OWNER}: {CONFIG_FLAG}", config, JSON_KEYS)
     model = getattr(cfg, "speculative_draft_model_path", None)
@@ -125,27 +127,43 @@ def parse_server_args(cfg) -> SageOptions:
         raise ConfigError(f"{OWNER}: drafter 'draft_model' needs --speculative-draft-model-path")
     if drafter in LOOKUP_DRAFTERS and model:
         raise ConfigError(f"{OWNER}: drafter {drafter!r} takes no --speculative-draft-model-path (got {model!r})")
-    tokens = _flag(getattr(cfg, "speculative_num_draft_tokens", None), "num_draft_tokens",
-                   DEFAULT_DRAFT_TOKENS, 2, MAX_DRAFT_TOKENS)
+    tokens = _flag(
+        getattr(cfg, "speculative_num_draft_tokens", None),
+        "num_draft_tokens",
+        DEFAULT_DRAFT_TOKENS,
+        2,
+        MAX_DRAFT_TOKENS,
+    )
     steps = _flag(getattr(cfg, "speculative_num_steps", None), "num_steps", tokens - 1, 1, tokens - 1)
     topk = _flag(getattr(cfg, "speculative_eagle_topk", None), "eagle_topk", tokens - 1, 1, tokens - 1)
     policy = check_choice(OWNER, "policy", config.get("policy", "sage"), tuple(POLICIES))
     policy_options = _dict_option(config, "policy_options")
     for key, flag in FLAG_OPTIONS.get(policy, {}).items():
         if key in policy_options:
-            raise ConfigError(f"{OWNER}: policy_options.{key} is set by --speculative-{flag.replace('_', '-')}; "
-                              f"remove it from {CONFIG_FLAG}")
+            raise ConfigError(
+                f"{OWNER}: policy_options.{key} is set by --speculative-{flag.replace('_', '-')}; "
+                f"remove it from {CONFIG_FLAG}"
+            )
     drafter_options = _dict_option(config, "drafter_options")
     check_drafter_options(drafter, drafter_options)
     acceptance, acceptance_options = parse_server_acceptance(config.get("acceptance", "auto"), OWNER)
-    options = SageOptions(drafter=drafter, model=model, num_draft_tokens=tokens, num_steps=steps, eagle_topk=topk,
-                          policy=policy, policy_options=policy_options,
-                          drafter_options=drafter_options,
-                          acceptance=acceptance, acceptance_options=acceptance_options)
+    options = SageOptions(
+        drafter=drafter,
+        model=model,
+        num_draft_tokens=tokens,
+        num_steps=steps,
+        eagle_topk=topk,
+        policy=policy,
+        policy_options=policy_options,
+        drafter_options=drafter_options,
+        acceptance=acceptance,
+        acceptance_options=acceptance_options,
+    )
     try:
         options.make_policy()  # a bad policy option fails now, named
     except ConfigError as e:
-        flags = "; ".join(f"{k} comes from --speculative-{f.replace('_', '-')}"
-                          for k, f in FLAG_OPTIONS.get(policy, {}).items())
+        flags = "; ".join(
+            f"{k} comes from --speculative-{f.replace('_', '-')}" for k, f in FLAG_OPTIONS.get(policy, {}).items()
+        )
         raise ConfigError(f"{OWNER}: {e}" + (f" ({flags})" if flags else "")) from None
     return options

@@ -7,10 +7,11 @@ A tree smaller than the verify width is padded with detached nodes: each pad see
 it has no parent, no tree walk reaches it, and its position is the root's; its row of logits is
 computed and never read.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -19,9 +20,9 @@ from sagespec.common.tree import DraftTree
 
 @dataclass(frozen=True)
 class VerifyLayout:
-    tokens: torch.Tensor      # [bs, n] int64
-    mask: torch.Tensor        # [bs, n, n] bool
-    num_nodes: list[int]      # real nodes per request; the rest are padding
+    tokens: torch.Tensor  # [bs, n] int64
+    mask: torch.Tensor  # [bs, n, n] bool
+    num_nodes: list[int]  # real nodes per request; the rest are padding
 
 
 def pack_trees(trees: Sequence[DraftTree], num_draft_tokens: int) -> VerifyLayout:

@@ -1,4 +1,5 @@
 """A trained head folder, loaded against its target, written in vLLM's EAGLE-3 draft format."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,14 +8,17 @@ import torch
 
 from sagespec.common.drafters import EagleHead
 from sagespec.common.training.export_vllm import export_vllm_eagle3
-
-from .model_loading import load_model
+from sagespec.plugins.transformers.model_loading import load_model
 
 
 def export_head_for_vllm(head_dir, model: str, out_dir, dtype=torch.bfloat16) -> Path:
     """The head at `head_dir` (checked against `model`: 'smollm2' or a folder) exported to `out_dir`."""
     target, _ = load_model(str(model), "float32")
-    head = EagleHead.load(head_dir, target.get_input_embeddings().weight, target.get_output_embeddings().weight,
-                          target.config.num_hidden_layers)
+    head = EagleHead.load(
+        head_dir,
+        target.get_input_embeddings().weight,
+        target.get_output_embeddings().weight,
+        target.config.num_hidden_layers,
+    )
     with torch.no_grad():
         return export_vllm_eagle3(head, out_dir, target.config.max_position_embeddings, dtype=dtype)

@@ -1,22 +1,33 @@
 """Building a runtime from names: target model, drafter, policy, acceptance rule."""
+
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
 
-from sagespec.common.drafters import (DRAFTER_NAMES, LOOKUP_DRAFTERS, VISION_PRESETS, DraftModelDrafter,
-                                      EagleDrafter, EagleHead, EagleHeadConfig, VisionConfig, VisionDrafter,
-                                      VisionModules, check_shared_vocabulary, lookup_drafters)
+from sagespec.common.drafters import (
+    DRAFTER_NAMES,
+    LOOKUP_DRAFTERS,
+    VISION_PRESETS,
+    DraftModelDrafter,
+    EagleDrafter,
+    EagleHead,
+    EagleHeadConfig,
+    VisionConfig,
+    VisionDrafter,
+    VisionModules,
+    check_shared_vocabulary,
+    lookup_drafters,
+)
 from sagespec.common.params import ConfigError, check_int
 from sagespec.common.policies import POLICIES, DecodeState, make_policy
 from sagespec.common.shipped import shipped_head
 from sagespec.common.sizing import Sizer
 from sagespec.common.verify.acceptance import check_acceptance
-
-from .model_loading import load_model, load_processor
-from .multimodal import ImagePrompt, build_image_prompt, image_token_id
-from .runtime import SpeculativeGenerator
 from sagespec.plugins._hf_tree_lm import HFTreeLM
+from sagespec.plugins.transformers.model_loading import load_model, load_processor
+from sagespec.plugins.transformers.multimodal import ImagePrompt, build_image_prompt, image_token_id
+from sagespec.plugins.transformers.runtime import SpeculativeGenerator
 
 
 @dataclass
@@ -30,8 +41,9 @@ class LoadedTarget:
         if tok is None:
             raise ConfigError("this model folder has no tokenizer; text prompts need one")
         if getattr(tok, "chat_template", None):
-            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                          tokenize=True, return_dict=False)
+            ids = tok.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
+            )
             return list(ids["input_ids"] if isinstance(ids, dict) else ids)
         return tok.encode(text)
 
@@ -45,8 +57,10 @@ class LoadedTarget:
         return build_image_prompt(self.model, inputs["input_ids"][0], inputs["pixel_values"])
 
     def eos_ids(self) -> list[int]:
-        eos = (getattr(self.model.generation_config, "eos_token_id", None)
-               or self.model.config.get_text_config().eos_token_id)
+        eos = (
+            getattr(self.model.generation_config, "eos_token_id", None)
+            or self.model.config.get_text_config().eos_token_id
+        )
         if eos is None:
             return []
         return list(eos) if isinstance(eos, (list, tuple)) else [eos]
@@ -57,9 +71,16 @@ def load_target(model: str, dtype: str) -> LoadedTarget:
     return LoadedTarget(lm, tok, model)
 
 
-def make_drafter(name: str, target: LoadedTarget, draft_model: str | None = None, eagle_head: str | None = None,
-                 dtype: str = "bfloat16", seed: int = 0, warn=lambda m: print(m, file=sys.stderr),
-                 vision_options: dict | None = None):
+def make_drafter(
+    name: str,
+    target: LoadedTarget,
+    draft_model: str | None = None,
+    eagle_head: str | None = None,
+    dtype: str = "bfloat16",
+    seed: int = 0,
+    warn=lambda m: print(m, file=sys.stderr),
+    vision_options: dict | None = None,
+):
     """None for 'none'; the drafter object otherwise (its `needs` tell what the target must give).
     `vision_options` override the fields of a vision preset's VisionConfig."""
     if name == "none":
@@ -69,15 +90,17 @@ def make_drafter(name: str, target: LoadedTarget, draft_model: str | None = None
     vision = vision_config(name, vision_options)
     if name in LOOKUP_DRAFTERS:
         return lookup_drafters(name, {})()
-    if name == "draft-model":
+    if name == "draft_model":
         if not draft_model:
-            raise ConfigError("--drafter draft-model needs --draft-model PATH (a Hugging Face folder)")
+            raise ConfigError("--drafter draft_model needs --draft-model PATH (a Hugging Face folder)")
         lm, tok = load_model(draft_model, dtype)
         if tok is not None and target.tokenizer is not None:
             check_shared_vocabulary(target.tokenizer.get_vocab(), tok.get_vocab(), f"--draft-model {draft_model}")
         elif lm.config.vocab_size != target.model.config.vocab_size:
-            raise ConfigError(f"--draft-model {draft_model}: vocabulary size {lm.config.vocab_size} differs from "
-                              f"the target's {target.model.config.vocab_size}")
+            raise ConfigError(
+                f"--draft-model {draft_model}: vocabulary size {lm.config.vocab_size} differs from "
+                f"the target's {target.model.config.vocab_size}"
+            )
         return DraftModelDrafter(HFTreeLM(lm))
     m = target.model
     text_config = m.config.get_text_config()
@@ -86,8 +109,10 @@ def make_drafter(name: str, target: LoadedTarget, draft_model: str | None = None
     if eagle_head:
         head = EagleHead.load(eagle_head, embed, lm_head, text_config.num_hidden_layers)
     else:
-        warn("sagespec: no --eagle-head given and none ships for this model yet: using a randomly initialised "
-             "head (drafts will rarely be accepted; output is unaffected)")
+        warn(
+            "sagespec: no --eagle-head given and none ships for this model yet: using a randomly initialised "
+            "head (drafts will rarely be accepted; output is unaffected)"
+        )
         head = EagleHead.random(EagleHeadConfig.for_target(text_config), embed, lm_head, seed=seed)
     if name == "eagle":
         return EagleDrafter(head.eval())
@@ -120,13 +145,26 @@ def policy_budget(policy) -> int:
     return policy.plan(DecodeState()).budget
 
 
-def make_generator(target: LoadedTarget, drafter, policy, rule: str = "auto",
-                   rule_options: dict | None = None, strict_multimodal: bool = False,
-                   sizer: Sizer | None = None) -> SpeculativeGenerator:
+def make_generator(
+    target: LoadedTarget,
+    drafter,
+    policy,
+    acceptance: str = "auto",
+    acceptance_options: dict | None = None,
+    strict_multimodal: bool = False,
+    sizer: Sizer | None = None,
+) -> SpeculativeGenerator:
     """Acceptance options are checked against the target (a judge's hidden size) before any request."""
     cfg = target.model.config.get_text_config()
-    check_acceptance(rule, dict(rule_options or {}), cfg.vocab_size, cfg.hidden_size)
+    check_acceptance(acceptance, dict(acceptance_options or {}), cfg.vocab_size, cfg.hidden_size)
     layers = drafter.needs.hidden_layer_ids if drafter is not None else ()
-    return SpeculativeGenerator(HFTreeLM(target.model, hidden_layer_ids=layers), drafter, policy, rule=rule,
-                                rule_options=rule_options, eos_token_ids=target.eos_ids(),
-                                strict_multimodal=strict_multimodal, sizer=sizer)
+    return SpeculativeGenerator(
+        HFTreeLM(target.model, hidden_layer_ids=layers),
+        drafter,
+        policy,
+        acceptance=acceptance,
+        acceptance_options=acceptance_options,
+        eos_token_ids=target.eos_ids(),
+        strict_multimodal=strict_multimodal,
+        sizer=sizer,
+    )

@@ -1,5 +1,6 @@
 """A Hugging Face target and drafter behind judge mining's four callables (greedy response,
 drafter guesses for a whole sequence, last hidden state at a token, task outcome)."""
+
 from __future__ import annotations
 
 import torch
@@ -26,10 +27,16 @@ class MiningTarget:
         stop = None
         if until is not None:
             stop = StoppingCriteriaList([_Until(until, len(ids))])
-        out = self.model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
-                                  max_new_tokens=max_new, eos_token_id=self.eos or None,
-                                  pad_token_id=self.eos[0] if self.eos else 0, stopping_criteria=stop)
-        new = out[0, len(ids):].tolist()
+        out = self.model.generate(
+            input_ids=x,
+            attention_mask=torch.ones_like(x),
+            do_sample=False,
+            max_new_tokens=max_new,
+            eos_token_id=self.eos or None,
+            pad_token_id=self.eos[0] if self.eos else 0,
+            stopping_criteria=stop,
+        )
+        new = out[0, len(ids) :].tolist()
         ends = [j for j, t in enumerate(new) if t in self.eos]
         return new[: ends[0] + 1] if ends else new
 
@@ -66,4 +73,4 @@ class _Until(StoppingCriteria):
         self.until, self.start = until, start
 
     def __call__(self, input_ids, scores, **kwargs):
-        return torch.tensor([bool(self.until(input_ids[0, self.start:].tolist()))])
+        return torch.tensor([bool(self.until(input_ids[0, self.start :].tolist()))])

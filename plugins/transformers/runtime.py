@@ -5,6 +5,7 @@
             depth positions) -> verify -> commit accepted KV contiguously -> policy.observe
 Without a drafter every tree is the root alone: plain decoding through the same code.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,13 +27,10 @@ from sagespec.common.speculator import DraftRequest, Speculator, VerifyCheck
 from sagespec.common.tree import DraftTree
 from sagespec.common.verify import get_rule, rule_needs_hidden
 from sagespec.common.verify.acceptance import Acceptance
-
 from sagespec.plugins._hf_tree_lm import HFTreeLM
+from sagespec.plugins.transformers.multimodal import ImagePrompt
 
-from .multimodal import ImagePrompt
-
-
-REQUEST = "request"   # the runtime decodes one request at a time
+REQUEST = "request"  # the runtime decodes one request at a time
 PROFILE_CONTEXT = 64  # cached tokens the startup profile's forwards attend to
 PROFILE_REPEATS = 3
 
@@ -46,13 +44,14 @@ class GenerationResult:
     """`steps` counts target forwards, the prompt's prefill included (it emits the first token);
     `accepted_per_step[i]` is the number of tokens step i emitted (bonus included), so
     sum(accepted_per_step) == len(tokens). `shapes`/`entropies` are per verify step."""
+
     tokens: list[int]
     steps: int
     accepted_per_step: list[int]
     seconds: float
-    rule: str
-    lossless: bool   # False when a lossy rule produced it: the output may differ from the target's
-    rule_options: dict = field(default_factory=dict)
+    acceptance: str  # the acceptance rule's name
+    lossless: bool  # False when a lossy rule produced it: the output may differ from the target's
+    acceptance_options: dict = field(default_factory=dict)
     shapes: list[TreeShape] = field(default_factory=list)
     nodes_per_step: list[int] = field(default_factory=list)
     entropies: list[float] = field(default_factory=list)
@@ -65,9 +64,17 @@ class GenerationResult:
 
 
 class SpeculativeGenerator:
-    def __init__(self, target: HFTreeLM, drafter: Drafter | None = None, policy: TreePolicy | None = None,
-                 rule: str = "auto", rule_options: dict | None = None, eos_token_ids=(),
-                 strict_multimodal: bool = False, sizer: Sizer | None = None):
+    def __init__(
+        self,
+        target: HFTreeLM,
+        drafter: Drafter | None = None,
+        policy: TreePolicy | None = None,
+        acceptance: str = "auto",
+        acceptance_options: dict | None = None,
+        eos_token_ids=(),
+        strict_multimodal: bool = False,
+        sizer: Sizer | None = None,
+    ):
         """`strict_multimodal`: refuse image requests a text-only drafter would draft (by default
         they are drafted from the text alone, with a TextOnlyDraftWarning). `sizer`: cost-aware
         sizing (budget "auto"), kept across requests; `profile_latency` measures its model."""
@@ -76,13 +83,15 @@ class SpeculativeGenerator:
         self.strict_multimodal = strict_multimodal
         self.drafter = drafter
         self.policy = policy or ChainPolicy()
-        self.rule = rule
-        self.rule_options = dict(rule_options or {})
+        self.acceptance = acceptance
+        self.acceptance_options = dict(acceptance_options or {})
         self.eos = frozenset(int(t) for t in eos_token_ids)
         self.needs_hidden = bool(drafter is not None and drafter.needs.hidden_states)
         if self.needs_hidden and tuple(target.hidden_layer_ids) != tuple(drafter.needs.hidden_layer_ids):
-            raise ValueError(f"drafter {drafter.name!r} needs hidden layers {drafter.needs.hidden_layer_ids}; "
-                             f"the target wrapper provides {target.hidden_layer_ids}")
+            raise ValueError(
+                f"drafter {drafter.name!r} needs hidden layers {drafter.needs.hidden_layer_ids}; "
+                f"the target wrapper provides {target.hidden_layer_ids}"
+            )
 
     @torch.no_grad()
     def profile_latency(self, max_tokens: int) -> dict:
@@ -99,7 +108,7 @@ class SpeculativeGenerator:
             positions = torch.arange(PROFILE_CONTEXT, PROFILE_CONTEXT + n)
             mask = causal_extension_mask(PROFILE_CONTEXT, n)
             seconds = []
-            for _ in range(PROFILE_REPEATS + 1):   # the first run warms up
+            for _ in range(PROFILE_REPEATS + 1):  # the first run warms up
                 start = time.perf_counter()
                 self.target.forward(tokens, positions, mask)
                 seconds.append(time.perf_counter() - start)
@@ -109,11 +118,12 @@ class SpeculativeGenerator:
         self.target.truncate(0)
         return measured
 
-    def _forward(self, tokens, positions, mask, rule: str, embeds=None):
+    def _forward(self, tokens, positions, mask, acceptance: str, embeds=None):
         """(logits, the drafter's features or None, last hidden states or None)."""
-        if rule_needs_hidden(rule):
-            return self.target.forward_with_last_hidden(tokens, positions, mask, with_hidden=self.needs_hidden,
-                                                        inputs_embeds=embeds)
+        if rule_needs_hidden(acceptance):
+            return self.target.forward_with_last_hidden(
+                tokens, positions, mask, with_hidden=self.needs_hidden, inputs_embeds=embeds
+            )
         if self.needs_hidden:
             return (*self.target.forward(tokens, positions, mask, with_hidden=True, inputs_embeds=embeds), None)
         return self.target.forward(tokens, positions, mask, inputs_embeds=embeds), None, None
@@ -122,19 +132,24 @@ class SpeculativeGenerator:
         """Whether the drafter is fed the request's images."""
         if self.drafter is None or self.drafter.needs.multimodal:
             return self.drafter is not None
-        message = (f"drafter {self.drafter.name!r} cannot see images: this image request is drafted from its text "
-                   "alone (fewer drafts will be accepted; the output is unaffected). Vision-aware drafters: "
-                   "vispec, dream, vision-prune")
+        message = (
+            f"drafter {self.drafter.name!r} cannot see images: this image request is drafted from its text "
+            "alone (fewer drafts will be accepted; the output is unaffected). Vision-aware drafters: "
+            "vispec, dream, vision-prune"
+        )
         if self.strict_multimodal:
             raise ConfigError(message + "; strict multimodal mode refuses it")
         warnings.warn(message, TextOnlyDraftWarning, stacklevel=3)
         return False
 
-    def _prefill(self, prompt, rule, image_prompt: ImagePrompt | None, feed_images: bool):
+    def _prefill(self, prompt, acceptance: str, image_prompt: ImagePrompt | None, feed_images: bool):
         """The prompt's forward: (logits, features, last hidden, the drafter's ImageInputs or None)."""
         n = prompt.numel()
         embeds = None if image_prompt is None else image_prompt.embeds
-        run = lambda: self._forward(prompt, torch.arange(n), causal_extension_mask(0, n), rule, embeds)
+
+        def run():
+            return self._forward(prompt, torch.arange(n), causal_extension_mask(0, n), acceptance, embeds)
+
         if not feed_images:
             return (*run(), None)
         # The target's attention from the prompt's last position at its middle layer scores the image rows.
@@ -144,14 +159,22 @@ class SpeculativeGenerator:
         return (*out, dataclasses.replace(images, saliency=attention[images.positions].float().cpu()))
 
     @torch.no_grad()
-    def generate(self, prompt_ids, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
-                 seed: int = 0, rule: str | None = None, rule_options: dict | None = None,
-                 image_prompt: ImagePrompt | None = None) -> GenerationResult:
-        """`rule`/`rule_options` override the generator's acceptance for this request. An
+    def generate(
+        self,
+        prompt_ids,
+        max_new_tokens: int,
+        sampling: SamplingParams = SamplingParams(),
+        seed: int = 0,
+        acceptance: str | None = None,
+        acceptance_options: dict | None = None,
+        image_prompt: ImagePrompt | None = None,
+    ) -> GenerationResult:
+        """`acceptance`/`acceptance_options` override the generator's rule for this request. An
         `image_prompt` (then `prompt_ids` is None) brings the prompt's embeddings with images."""
-        if rule is None:
-            rule, rule_options = self.rule, self.rule_options if rule_options is None else rule_options
-        rule_options = dict(rule_options or {})
+        if acceptance is None:
+            acceptance = self.acceptance
+            acceptance_options = self.acceptance_options if acceptance_options is None else acceptance_options
+        acceptance_options = dict(acceptance_options or {})
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1")
         if image_prompt is not None:
@@ -162,21 +185,30 @@ class SpeculativeGenerator:
         prompt = torch.as_tensor(list(prompt_ids), dtype=torch.long)
         if prompt.numel() < 1:
             raise ValueError("the prompt must hold at least one token")
-        get_rule(rule, sampling)  # fail before any work on a bad rule
-        acceptance = Acceptance(rule, rule_options)
-        speculator = Speculator(lambda: self.policy, (lambda: self.drafter) if self.drafter is not None else None,
-                                acceptance, self.sizer)
+        get_rule(acceptance, sampling)  # fail before any work on a bad rule
+        rule = Acceptance(acceptance, acceptance_options)
+        speculator = Speculator(
+            lambda: self.policy, (lambda: self.drafter) if self.drafter is not None else None, rule, self.sizer
+        )
         rng = TorchRandom(seed)
         start = time.perf_counter()
         self.target.truncate(0)
-        state = speculator.state(REQUEST)   # the drafter's begin()
+        state = speculator.state(REQUEST)  # the drafter's begin()
 
-        logits, feats, last, images = self._prefill(prompt, rule, image_prompt, feed_images)
-        first = acceptance.verify(DraftTree.root_only(int(prompt[-1])), logits[-1:], sampling, rng,
-                                  None if last is None else last[-1:])
+        logits, feats, last, images = self._prefill(prompt, acceptance, image_prompt, feed_images)
+        first = rule.verify(
+            DraftTree.root_only(int(prompt[-1])), logits[-1:], sampling, rng, None if last is None else last[-1:]
+        )
         tokens = prompt.tolist() + [first.bonus]
-        result = GenerationResult(tokens=[first.bonus], steps=1, accepted_per_step=[1], seconds=0.0,
-                                  rule=rule, lossless=acceptance.lossless, rule_options=rule_options)
+        result = GenerationResult(
+            tokens=[first.bonus],
+            steps=1,
+            accepted_per_step=[1],
+            seconds=0.0,
+            acceptance=acceptance,
+            lossless=rule.lossless,
+            acceptance_options=acceptance_options,
+        )
         state.features, state.images = feats, images
         speculator.observe(REQUEST, 0, float(entropy(logits[-1])))
 
@@ -184,8 +216,9 @@ class SpeculativeGenerator:
             prefix = self.target.length
             tree = speculator.draft([DraftRequest(REQUEST, torch.tensor(tokens, dtype=torch.long), sampling, rng)])[0]
             forward_start = time.perf_counter()
-            logits, hidden, last = self._forward(tree.tokens, tree.positions(prefix), tree.attention_mask(prefix),
-                                                 rule)
+            logits, hidden, last = self._forward(
+                tree.tokens, tree.positions(prefix), tree.attention_mask(prefix), acceptance
+            )
             forward_seconds = time.perf_counter() - forward_start
             verdict = speculator.verify([tree], logits, [0], [VerifyCheck(sampling, rng, last)])[0]
             accepted = verdict.accepted
@@ -200,7 +233,7 @@ class SpeculativeGenerator:
                 result.tokens.append(tok)
                 kept += 1
             speculator.observe(REQUEST, accepted.num_drafted_accepted, verdict.entropy, verdict.emitted)
-            if self.sizer is not None:   # the verify forward, and what the step spent around it
+            if self.sizer is not None:  # the verify forward, and what the step spent around it
                 self.sizer.latency.observe_step(tree.num_nodes, forward_seconds, trees=tree.num_drafted > 0)
                 self.sizer.latency.observe_overhead(time.perf_counter() - forward_start - forward_seconds)
             result.steps += 1
@@ -208,6 +241,6 @@ class SpeculativeGenerator:
             result.shapes.append(state.last_shape)
             result.nodes_per_step.append(tree.num_drafted)
             result.entropies.append(verdict.entropy)
-        speculator.retain(())   # the request is over (a suffix drafter caches it)
+        speculator.retain(())  # the request is over (a suffix drafter caches it)
         result.seconds = time.perf_counter() - start
         return result

@@ -7,4 +7,5 @@ Importing this package imports nothing of vLLM; vLLM calls `register()` through 
 
 def register() -> None:
     from .registration import register as _register
+
     _register()

@@ -6,6 +6,7 @@ positions (mean over heads) is computed from that layer's query row and keys (th
 from vLLM's paged KV plus this step's keys), the same quantity the reference runtime reads. The
 plan is made with the step's inputs and read by the attention hook; results wait for the proposer.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from .kv_layout import layer_layout, regions
 @dataclass
 class SaliencyProbe:
     layer_name: str
-    rows: dict = field(default_factory=dict)     # req_id -> (req_idx, last query row, prefix_len, length)
+    rows: dict = field(default_factory=dict)  # req_id -> (req_idx, last query row, prefix_len, length)
     results: dict = field(default_factory=dict)  # req_id -> attention [length] over the prompt
 
 
@@ -53,7 +54,7 @@ def record_attention(probe: SaliencyProbe, impl, layer, query, key, kv_cache, at
     layout = layer_layout(layer, kv_cache)
     for req_id, (req_idx, last, prefix, length) in probe.rows.items():
         first = last - (length - prefix) + 1
-        keys = key[first: last + 1]
+        keys = key[first : last + 1]
         if prefix:
             k_prefix, _ = layout.gather_prefix(regions(kv_cache), attn_metadata.block_table[req_idx], prefix)
             keys = torch.cat([k_prefix, keys])

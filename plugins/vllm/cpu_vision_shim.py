@@ -6,6 +6,7 @@ and every LLaVA model is refused at inspection. transformers ships the same help
 `image_processing_pil_pixtral`. When (and only when) torchvision is missing, the torchvision module
 name is pointed at the PIL module, so the import resolves; nothing else is changed.
 """
+
 from __future__ import annotations
 
 import importlib

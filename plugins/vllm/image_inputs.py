@@ -5,6 +5,7 @@ the prompt (`mm_position.offset/length`) and its encoder output in `runner.encod
 its identifier, from the step that computed it until the scheduler frees it. The proposer asks
 while the request has no images on record, so the rows are read while they are there.
 """
+
 from __future__ import annotations
 
 import torch
@@ -23,7 +24,7 @@ def request_images(runner, req_id: str, attention: torch.Tensor | None = None) -
     for f in sorted(features, key=lambda f: f.mm_position.offset):
         out = runner.encoder_cache.get(f.identifier)
         pos = f.mm_position
-        if out is None or pos.is_embed is not None:   # not computed yet / freed; or a partial-embed layout
+        if out is None or pos.is_embed is not None:  # not computed yet / freed; or a partial-embed layout
             return None
         spans.append((pos.offset, pos.offset + pos.length))
         rows.append(out.reshape(-1, out.shape[-1]).detach().float().cpu())

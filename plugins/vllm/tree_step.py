@@ -13,6 +13,7 @@ whose scheduled drafts are such a tree (`TreeEntry`), this module
 Anything else (chains, prefills, requests without a registered tree) is left to vLLM. A flattened
 tree that vLLM verifies as a chain is still exact: only its acceptance suffers.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -34,10 +35,10 @@ from .kv_layout import layer_layout, regions
 class TreeEntry:
     req_idx: int
     req_id: str
-    start: int            # first row of the request in this step's flat token batch
-    scheduled: int        # tokens vLLM scheduled for it (root + drafts)
-    prefix_len: int       # tokens with KV before this step (the root's position)
-    tree: DraftTree       # the longest prefix of the proposed tree that vLLM scheduled; node 0 = root
+    start: int  # first row of the request in this step's flat token batch
+    scheduled: int  # tokens vLLM scheduled for it (root + drafts)
+    prefix_len: int  # tokens with KV before this step (the root's position)
+    tree: DraftTree  # the longest prefix of the proposed tree that vLLM scheduled; node 0 = root
     accepted: tuple[int, ...] = ()
 
     @property
@@ -49,8 +50,9 @@ class TreeEntry:
 class TreeStep:
     """One step's trees, planned once: attention plans (per cache layout), the caches to commit
     accepted KV in, and the step's slot mapping."""
+
     entries: list[TreeEntry]
-    times: StepTimes = field(default_factory=StepTimes)   # the proposer's, where the hooks add their time
+    times: StepTimes = field(default_factory=StepTimes)  # the proposer's, where the hooks add their time
     # (id(layout), window, block table) -> plan: layers differ in cache layout, sliding window and,
     # in models with several KV cache groups (full and sliding layers), block tables.
     plans: dict[tuple, PagedTreeAttentionPlan | None] = field(default_factory=dict)
@@ -64,14 +66,24 @@ class TreeStep:
         """Entries whose tree is not a chain (a chain's rows are already right in vLLM's output)."""
         return [e for e in self.entries if e.n > e.tree.max_depth + 1]
 
-    def plan_for(self, layout: BlockLayout, block_table: torch.Tensor,
-                 window: int | None) -> PagedTreeAttentionPlan | None:
+    def plan_for(
+        self, layout: BlockLayout, block_table: torch.Tensor, window: int | None
+    ) -> PagedTreeAttentionPlan | None:
         key = (id(layout), window, block_table.data_ptr())
         if key not in self.plans:
             wide = self.branching
-            self.plans[key] = PagedTreeAttentionPlan.build(
-                layout, [e.tree for e in wide], [e.prefix_len for e in wide], [e.start for e in wide],
-                [block_table[e.req_idx] for e in wide], window=window) if wide else None
+            self.plans[key] = (
+                PagedTreeAttentionPlan.build(
+                    layout,
+                    [e.tree for e in wide],
+                    [e.prefix_len for e in wide],
+                    [e.start for e in wide],
+                    [block_table[e.req_idx] for e in wide],
+                    window=window,
+                )
+                if wide
+                else None
+            )
         return self.plans[key]
 
 
@@ -108,10 +120,10 @@ def plan_tree_step(runner, scheduler_output, trees: dict[str, DraftTree], times:
         scheduled_tokens = len(drafts) + 1
         start = int(qsl[req_idx])
         if int(qsl[req_idx + 1]) - start != scheduled_tokens:
-            continue   # not a pure decode step of this request
+            continue  # not a pure decode step of this request
         tree = scheduled_prefix(tree, drafts)
         prefix = int(batch.num_computed_tokens_cpu[req_idx])
-        runner.positions[start: start + tree.num_nodes] = prefix + tree.depths.to(runner.positions.dtype)
+        runner.positions[start : start + tree.num_nodes] = prefix + tree.depths.to(runner.positions.dtype)
         entries.append(TreeEntry(req_idx, req_id, start, scheduled_tokens, prefix, tree))
     if not entries:
         return None
@@ -143,9 +155,11 @@ def refuse_unsupported_attention(forward_context: dict) -> None:
     for name, layer in forward_context.items():
         feature = unsupported_attention(layer)
         if feature is not None:
-            raise ConfigError(f"sagespec: SAGE trees cannot be verified exactly on this model: {name} uses "
-                              f"{feature}; use \"policy\": \"chain\" (chains are verified with vLLM's own "
-                              "attention)")
+            raise ConfigError(
+                f"sagespec: SAGE trees cannot be verified exactly on this model: {name} uses "
+                f'{feature}; use "policy": "chain" (chains are verified with vLLM\'s own '
+                "attention)"
+            )
 
 
 def layer_window(impl) -> int | None:
@@ -171,12 +185,17 @@ def request_sampling(batch, req_idx: int) -> SamplingParams:
         return SamplingParams()
     top_k = int(batch.top_k_cpu[req_idx])
     top_p = float(batch.top_p_cpu[req_idx])
-    return SamplingParams(temperature=temperature, top_k=top_k if 0 < top_k < batch.vocab_size else 0,
-                          top_p=top_p)
+    return SamplingParams(temperature=temperature, top_k=top_k if 0 < top_k < batch.vocab_size else 0, top_p=top_p)
 
 
-def verify_trees(step: TreeStep, runner, speculator: Speculator, logits: torch.Tensor, starts: dict[int, int],
-                 hidden: torch.Tensor | None = None) -> list[Verdict]:
+def verify_trees(
+    step: TreeStep,
+    runner,
+    speculator: Speculator,
+    logits: torch.Tensor,
+    starts: dict[int, int],
+    hidden: torch.Tensor | None = None,
+) -> list[Verdict]:
     """Verifies every tree of the step (before vLLM's sampler, which may scale logits in place),
     each request with its own sampling and generator; `hidden`: the final hidden state of every
     logits row, for rules that read them."""
@@ -185,14 +204,14 @@ def verify_trees(step: TreeStep, runner, speculator: Speculator, logits: torch.T
     for e in step.entries:
         # The request's own generator when it has a seed, else torch's global one (seeded by vLLM).
         generator = batch.generators.get(e.req_idx, torch.default_generator)
-        rows = None if hidden is None else hidden[starts[e.req_idx]: starts[e.req_idx] + e.n].float()
+        rows = None if hidden is None else hidden[starts[e.req_idx] : starts[e.req_idx] + e.n].float()
         checks.append(VerifyCheck(request_sampling(batch, e.req_idx), TorchRandom(generator=generator), rows))
-    return speculator.verify([e.tree for e in step.entries], logits, [starts[e.req_idx] for e in step.entries],
-                             checks)
+    return speculator.verify([e.tree for e in step.entries], logits, [starts[e.req_idx] for e in step.entries], checks)
 
 
-def commit_verdicts(step: TreeStep, verdicts: list[Verdict], sampler_output, entropies: torch.Tensor,
-                    starts: dict[int, int]) -> None:
+def commit_verdicts(
+    step: TreeStep, verdicts: list[Verdict], sampler_output, entropies: torch.Tensor, starts: dict[int, int]
+) -> None:
     """Writes each tree's accepted path + bonus into vLLM's sampler output (padded with -1), its
     entropy where the bonus was sampled, and moves the accepted nodes' KV behind the prefix."""
     ids = sampler_output.sampled_token_ids
@@ -209,7 +228,7 @@ def commit_verdicts(step: TreeStep, verdicts: list[Verdict], sampler_output, ent
     if not src:
         return
     src, dst = torch.tensor(src), torch.tensor(dst)
-    indices = {}   # (id(layout), kv heads, slot mapping) -> (source elements, destination elements), K and V
+    indices = {}  # (id(layout), kv heads, slot mapping) -> (source elements, destination elements), K and V
     for kv_cache, layout, slot_mapping in step.caches.values():
         key = (id(layout), kv_cache.shape[1], slot_mapping.data_ptr())
         if key not in indices:
@@ -230,20 +249,31 @@ def draft_mode(sp, engine_watermark: bool = False) -> str:
         return "off"
     if not needs_vllm_sampler(sp, engine_watermark):
         return "ours"
-    return "vllm_chain" if sp.temperature < 1e-5 else "off"   # vLLM's own greedy threshold
+    return "vllm_chain" if sp.temperature < 1e-5 else "off"  # vLLM's own greedy threshold
 
 
 def needs_vllm_sampler(sp, engine_watermark: bool = False) -> bool:
     """Options that only vLLM's own sampler applies (logits processors, penalties, grammars,
     logprobs, the engine's watermark). `sp.watermarking` alone means nothing without an engine
     watermark: vLLM 0.31 defaults it to True, 0.32 to None (resolved per engine)."""
-    return bool(sp.structured_outputs is not None or sp.logprobs is not None or sp.presence_penalty
-                or sp.frequency_penalty or sp.repetition_penalty != 1.0 or sp.min_p or sp.min_tokens
-                or sp.logit_bias or sp.allowed_token_ids or sp.bad_words or sp.thinking_token_budget
-                or (engine_watermark and getattr(sp, "watermarking", None) is not False)
-                or getattr(sp, "logprob_token_ids", None))
+    return bool(
+        sp.structured_outputs is not None
+        or sp.logprobs is not None
+        or sp.presence_penalty
+        or sp.frequency_penalty
+        or sp.repetition_penalty != 1.0
+        or sp.min_p
+        or sp.min_tokens
+        or sp.logit_bias
+        or sp.allowed_token_ids
+        or sp.bad_words
+        or sp.thinking_token_budget
+        or (engine_watermark and getattr(sp, "watermarking", None) is not False)
+        or getattr(sp, "logprob_token_ids", None)
+    )
 
 
 class ActiveStep:
     """The tree step being executed (set by the runner's input preparation, read by attention)."""
+
     current: TreeStep | None = None

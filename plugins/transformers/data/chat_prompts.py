@@ -1,4 +1,5 @@
 """Prompt sets through a model's chat template, as token ids (for engine lanes and benchmarks)."""
+
 from __future__ import annotations
 
 
@@ -8,6 +9,7 @@ def chat_prompt_ids(model_folder, limit: int, dataset: str = "mt-bench") -> list
     from transformers import AutoTokenizer
 
     from sagespec.common.datasets import load_prompts
+
     tok = AutoTokenizer.from_pretrained(model_folder)
     return [conversation_ids(tok, [{"role": "user", "content": p.text}]) for p in load_prompts(dataset, limit=limit)]
 
@@ -28,6 +30,11 @@ def conversation_ids(tokenizer, messages: list[dict]) -> list[int]:
 def second_turn_ids(tokenizer, first: str, answer: list[int], follow_up: str | None) -> list[int]:
     """The second request of a two-turn conversation: the first turn, the model's answer to it (token
     ids, decoded), then `follow_up` (EDIT_REQUEST when the dataset has none)."""
-    return conversation_ids(tokenizer, [{"role": "user", "content": first},
-                                        {"role": "assistant", "content": tokenizer.decode(answer, skip_special_tokens=True)},
-                                        {"role": "user", "content": follow_up or EDIT_REQUEST}])
+    return conversation_ids(
+        tokenizer,
+        [
+            {"role": "user", "content": first},
+            {"role": "assistant", "content": tokenizer.decode(answer, skip_special_tokens=True)},
+            {"role": "user", "content": follow_up or EDIT_REQUEST},
+        ],
+    )

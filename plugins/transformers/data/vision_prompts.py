@@ -1,6 +1,7 @@
 """Image + question prompts made offline: shapes drawn with PIL, questions about them.
 
 Deterministic for a seed, so benchmarks, tests and drafter training see the same images."""
+
 from __future__ import annotations
 
 import random
@@ -32,6 +33,7 @@ SHAPES = ("ellipse", "rectangle", "polygon", "line")
 
 def drawn_image(rng: random.Random, size: int = 96):
     from PIL import Image, ImageDraw
+
     image = Image.new("RGB", (size, size), rng.choice(("white", "lightgrey", "lightyellow", "lightblue")))
     draw = ImageDraw.Draw(image)
     for _ in range(rng.randint(1, 4)):

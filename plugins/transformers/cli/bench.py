@@ -3,6 +3,7 @@
 Per prompt, every config runs back to back (so drift on a noisy machine hits all alike); the
 speedup of a config is the median over prompts of plain seconds / config seconds. Writes JSON and
 a PNG, prints a table."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,7 @@ from sagespec.common.datasets import load_prompts
 from sagespec.common.drafters import DRAFTER_NAMES, VISION_PRESETS
 from sagespec.common.params import ConfigError
 from sagespec.common.policies import POLICIES
-
-from .factory import load_target, make_drafter, make_generator, make_policy_from_args
+from sagespec.plugins.transformers.factory import load_target, make_drafter, make_generator, make_policy_from_args
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,18 @@ def run_bench(args, configs: list[BenchConfig], sampling) -> int:
     all_configs = [BenchConfig("none", "chain")] + configs
     gens = {}
     for c in all_configs:
-        drafter = make_drafter(c.drafter, target, args.draft_model, args.eagle_head, args.dtype, args.seed,
-                               vision_options=args.vision_options if c.drafter in VISION_PRESETS else None)
-        gens[c.label] = make_generator(target, drafter, make_policy_from_args(c.policy, c.budget), args.rule,
-                                        args.rule_options)
+        drafter = make_drafter(
+            c.drafter,
+            target,
+            args.draft_model,
+            args.eagle_head,
+            args.dtype,
+            args.seed,
+            vision_options=args.vision_options if c.drafter in VISION_PRESETS else None,
+        )
+        gens[c.label] = make_generator(
+            target, drafter, make_policy_from_args(c.policy, c.budget), args.acceptance, args.acceptance_options
+        )
     encoded = [target.encode_chat(p.text) for p in prompts]
     for g in gens.values():  # warm-up: first calls pay one-time allocation costs
         g.generate(encoded[0][:32], 4, sampling, seed=args.seed)
@@ -69,22 +77,41 @@ def run_bench(args, configs: list[BenchConfig], sampling) -> int:
     for i, ids in enumerate(tqdm(encoded, desc=f"bench {args.dataset}", unit="prompt")):
         for label, g in gens.items():
             r = g.generate(ids, args.max_new_tokens, sampling, seed=args.seed + i)
-            runs[label].append({"prompt": prompts[i].id, "tokens": len(r.tokens), "seconds": r.seconds,
-                                "steps": r.steps, "accepted_per_step": r.accepted_per_step,
-                                "depths": [s.depth if s else 0 for s in r.shapes], "widths": [s.width if s else 0 for s in r.shapes],
-                                "nodes": r.nodes_per_step, "entropies": r.entropies,
-                                "same_as_plain": None if label == "plain" else r.tokens == plain_tokens[i]})
+            runs[label].append(
+                {
+                    "prompt": prompts[i].id,
+                    "tokens": len(r.tokens),
+                    "seconds": r.seconds,
+                    "steps": r.steps,
+                    "accepted_per_step": r.accepted_per_step,
+                    "depths": [s.depth if s else 0 for s in r.shapes],
+                    "widths": [s.width if s else 0 for s in r.shapes],
+                    "nodes": r.nodes_per_step,
+                    "entropies": r.entropies,
+                    "same_as_plain": None if label == "plain" else r.tokens == plain_tokens[i],
+                }
+            )
             if label == "plain":
                 plain_tokens.append(r.tokens)
     summary = summarise(runs)
-    result = {"dataset": args.dataset, "num_prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
-              "model": args.model, "dtype": args.dtype, "temperature": sampling.temperature,
-              "rule": args.rule, "rule_options": args.rule_options,
-              "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-              "machine": platform.processor() or platform.machine(), "summary": summary, "runs": runs}
+    result = {
+        "dataset": args.dataset,
+        "num_prompts": len(prompts),
+        "max_new_tokens": args.max_new_tokens,
+        "model": args.model,
+        "dtype": args.dtype,
+        "temperature": sampling.temperature,
+        "acceptance": {"rule": args.acceptance, **args.acceptance_options},
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "machine": platform.processor() or platform.machine(),
+        "summary": summary,
+        "runs": runs,
+    }
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
-    from .bench_plot import plot_bench
+    from sagespec.plugins.transformers.cli.bench_plot import plot_bench
+
     plot_bench(result, args.plot)
     print(format_table(summary))
     print(f"wrote {args.out} and {args.plot}")
@@ -100,15 +127,19 @@ def summarise(runs: dict) -> dict:
         verify_steps = [a for r in rs for a in r["accepted_per_step"][1:]]
         speedups = [p["seconds"] / r["seconds"] for p, r in zip(plain, rs)]
         same = [r["same_as_plain"] for r in rs if r["same_as_plain"] is not None]
-        out[label] = {"tok_per_s": tokens / secs, "tau": sum(verify_steps) / max(1, len(verify_steps)),
-                      "median_speedup": statistics.median(speedups), "tokens": tokens, "seconds": secs,
-                      "identical_to_plain": (sum(same), len(same)) if same else None}
+        out[label] = {
+            "tok_per_s": tokens / secs,
+            "tau": sum(verify_steps) / max(1, len(verify_steps)),
+            "median_speedup": statistics.median(speedups),
+            "tokens": tokens,
+            "seconds": secs,
+            "identical_to_plain": (sum(same), len(same)) if same else None,
+        }
     return out
 
 
 def format_table(summary: dict) -> str:
-    lines = [f"{'config':<24}{'tok/s':>9}{'tau':>7}{'speedup':>9}{'same as plain':>15}",
-             "-" * 64]
+    lines = [f"{'config':<24}{'tok/s':>9}{'tau':>7}{'speedup':>9}{'same as plain':>15}", "-" * 64]
     for label, s in summary.items():
         same = "-" if s["identical_to_plain"] is None else "{}/{}".format(*s["identical_to_plain"])
         lines.append(f"{label:<24}{s['tok_per_s']:>9.1f}{s['tau']:>7.2f}{s['median_speedup']:>8.2f}x{same:>15}")

@@ -1,4 +1,5 @@
 """`sagespec` command line: generate and bench on the reference runtime."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,8 +14,7 @@ from sagespec.common.params import ConfigError
 from sagespec.common.policies import POLICIES
 from sagespec.common.verify import available_rules
 from sagespec.common.verify.acceptance import parse_acceptance
-
-from .arg_types import json_object
+from sagespec.plugins.transformers.cli.arg_types import json_object
 
 
 class _Parser(argparse.ArgumentParser):
@@ -23,25 +23,42 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="smollm2",
-                   help="'smollm2' (embedded default), 'gemma3-270m' (Gemma 3 270M base, sliding-window attention), "
-                        "'smollm2-llava' (SmolLM2's vision-language stand-in) or a Hugging Face model folder")
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
-                   help="bf16 for speed; float32 for exact greedy identity checks")
+    p.add_argument(
+        "--model",
+        default="smollm2",
+        help="'smollm2' (embedded default), 'gemma3-270m' (Gemma 3 270M base, sliding-window attention), "
+        "'smollm2-llava' (SmolLM2's vision-language stand-in) or a Hugging Face model folder",
+    )
+    p.add_argument(
+        "--dtype",
+        default="bfloat16",
+        choices=["bfloat16", "float32"],
+        help="bf16 for speed; float32 for exact greedy identity checks",
+    )
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rule", default="auto",
-                   help=f"acceptance: a rule name {available_rules()} or a JSON object with 'rule' and its options, "
-                        "e.g. '{\"rule\": \"kl-judge\", \"threshold\": 0.5}'; typical, kl-judge and judge are lossy")
+    p.add_argument(
+        "--acceptance",
+        default="auto",
+        help=f"the acceptance rule: a name {available_rules()} or a JSON object with 'rule' and its options, "
+        'e.g. \'{"rule": "kl-judge", "threshold": 0.5}\'; typical, kl-judge and judge are lossy',
+    )
     p.add_argument("--draft-model", help="Hugging Face folder of a draft model sharing the target's tokenizer")
-    p.add_argument("--eagle-head", help="folder of a trained EAGLE head (config.json + model.safetensors; a vision "
-                                        "drafter's trained modules beside them)")
-    p.add_argument("--vision-options", type=json_object, default=None,
-                   help="JSON overrides of the vision drafters' settings, e.g. '{\"keep_ratio\": 0.25}' "
-                        "(compress, keep_ratio, prune_by, num_queries, global_fusion, cross_attention, num_heads)")
+    p.add_argument(
+        "--eagle-head",
+        help="folder of a trained EAGLE head (config.json + model.safetensors; a vision "
+        "drafter's trained modules beside them)",
+    )
+    p.add_argument(
+        "--vision-options",
+        type=json_object,
+        default=None,
+        help="JSON overrides of the vision drafters' settings, e.g. '{\"keep_ratio\": 0.25}' "
+        "(compress, keep_ratio, prune_by, num_queries, global_fusion, cross_attention, num_heads)",
+    )
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (pinned)")
 
 
@@ -55,28 +72,48 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt-file")
     g.add_argument("--drafter", default="ngram", choices=["none", *DRAFTER_NAMES])
     g.add_argument("--policy", default="sage", choices=sorted(POLICIES))
-    g.add_argument("--budget", default="auto",
-                   help="drafted nodes per step: 'auto' (default: sized each step by a latency model measured at "
-                        "start-up and the drafter's calibrated acceptance) or a number")
-    g.add_argument("--max-budget", type=int, default=None,
-                   help="most drafted nodes per step under --budget auto (default: the policy's own budget)")
-    g.add_argument("--image", action="append", default=[],
-                   help="an image file to put before the prompt (repeatable; needs a vision-language model)")
-    g.add_argument("--strict-multimodal", action="store_true",
-                   help="refuse image prompts a text-only drafter would draft (default: draft from the text, warn)")
+    g.add_argument(
+        "--budget",
+        default="auto",
+        help="drafted nodes per step: 'auto' (default: sized each step by a latency model measured at "
+        "start-up and the drafter's calibrated acceptance) or a number",
+    )
+    g.add_argument(
+        "--max-budget",
+        type=int,
+        default=None,
+        help="most drafted nodes per step under --budget auto (default: the policy's own budget)",
+    )
+    g.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        help="an image file to put before the prompt (repeatable; needs a vision-language model)",
+    )
+    g.add_argument(
+        "--strict-multimodal",
+        action="store_true",
+        help="refuse image prompts a text-only drafter would draft (default: draft from the text, warn)",
+    )
     g.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     b = sub.add_parser("bench", help="plain decoding and speculative configs side by side on a dataset")
     _common(b)
     b.add_argument("--dataset", required=True, choices=list(DATASETS))
     b.add_argument("--num-prompts", type=int, default=20)
-    b.add_argument("configs", nargs="*", default=["ngram:chain", "ngram:sage"],
-                   help="DRAFTER:POLICY[:BUDGET], e.g. ngram:chain ngram:sage:16 eagle:dynamic")
+    b.add_argument(
+        "configs",
+        nargs="*",
+        default=["ngram:chain", "ngram:sage"],
+        help="DRAFTER:POLICY[:BUDGET], e.g. ngram:chain ngram:sage:16 eagle:dynamic",
+    )
     b.add_argument("--out", default="bench.json", help="JSON results file")
     b.add_argument("--plot", default="bench.png", help="PNG plot file")
     t = sub.add_parser("train-drafter", help="train an EAGLE-3-style head for the target")
-    from .train_cli import add_arguments
+    from sagespec.plugins.transformers.cli.train import add_arguments
+
     add_arguments(t)
-    from .judge_cli import add_mine_arguments, add_train_arguments
+    from sagespec.plugins.transformers.cli.judge import add_mine_arguments, add_train_arguments
+
     add_mine_arguments(sub.add_parser("mine-judge", help="mine important draft mismatches on a checkable task"))
     add_train_arguments(sub.add_parser("train-judge", help="train a judge file from mined mismatches"))
     e = sub.add_parser("export-drafter", help="export a trained head to vLLM's EAGLE-3 draft format")
@@ -89,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _sampling(args):
     from sagespec.common.sampling import SamplingParams
+
     return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
 
 
@@ -120,17 +158,24 @@ def _check(args) -> None:
         args.budget = parse_budget_arg(args.budget, args.max_budget)
     if getattr(args, "num_prompts", 1) < 1:
         raise ConfigError(f"--num-prompts {args.num_prompts} must be >= 1")
-    args.rule, args.rule_options = parse_acceptance(args.rule, "--rule")
+    args.acceptance, args.acceptance_options = parse_acceptance(args.acceptance, "--acceptance")
     if args.command == "generate":
-        from .factory import vision_config
+        from sagespec.plugins.transformers.factory import vision_config
+
         vision_config(args.drafter, args.vision_options)
     _sampling(args)
 
 
 def cmd_generate(args) -> int:
     from sagespec.common.sizing import Sizer
+    from sagespec.plugins.transformers.factory import (
+        load_target,
+        make_drafter,
+        make_generator,
+        make_policy_from_args,
+        policy_budget,
+    )
 
-    from .factory import load_target, make_drafter, make_generator, make_policy_from_args, policy_budget
     if args.prompt_file is not None:
         path = Path(args.prompt_file)
         if not path.is_file():
@@ -142,33 +187,65 @@ def cmd_generate(args) -> int:
     auto = args.budget == "auto"
     policy = make_policy_from_args(args.policy, args.max_budget if auto else args.budget)
     target = load_target(args.model, args.dtype)
-    drafter = make_drafter(args.drafter, target, args.draft_model, args.eagle_head, args.dtype, args.seed,
-                           vision_options=args.vision_options)
+    drafter = make_drafter(
+        args.drafter,
+        target,
+        args.draft_model,
+        args.eagle_head,
+        args.dtype,
+        args.seed,
+        vision_options=args.vision_options,
+    )
     sizer = Sizer(policy_budget(policy)) if auto and drafter is not None else None
-    gen = make_generator(target, drafter, policy, args.rule, args.rule_options, args.strict_multimodal, sizer)
+    gen = make_generator(
+        target, drafter, policy, args.acceptance, args.acceptance_options, args.strict_multimodal, sizer
+    )
     if sizer is not None:
         measured = gen.profile_latency(sizer.max_budget + 1)
-        print("[latency profile, ms per forward by tokens: "
-              + ", ".join(f"{n}: {t * 1e3:.1f}" for n, t in measured.items()) + "]", file=sys.stderr)
+        print(
+            "[latency profile, ms per forward by tokens: "
+            + ", ".join(f"{n}: {t * 1e3:.1f}" for n, t in measured.items())
+            + "]",
+            file=sys.stderr,
+        )
     if images:
-        res = gen.generate(None, args.max_new_tokens, _sampling(args), seed=args.seed,
-                           image_prompt=target.encode_image_chat(text, images))
+        res = gen.generate(
+            None,
+            args.max_new_tokens,
+            _sampling(args),
+            seed=args.seed,
+            image_prompt=target.encode_image_chat(text, images),
+        )
     else:
         res = gen.generate(target.encode_chat(text), args.max_new_tokens, _sampling(args), seed=args.seed)
     out_text = target.tokenizer.decode(res.tokens, skip_special_tokens=True) if target.tokenizer else ""
     if args.json:
-        print(json.dumps({"tokens": res.tokens, "text": out_text, "steps": res.steps,
-                          "accepted_per_step": res.accepted_per_step, "seconds": round(res.seconds, 4),
-                          "rule": res.rule, "rule_options": res.rule_options, "lossless": res.lossless}))
+        print(
+            json.dumps(
+                {
+                    "tokens": res.tokens,
+                    "text": out_text,
+                    "steps": res.steps,
+                    "accepted_per_step": res.accepted_per_step,
+                    "seconds": round(res.seconds, 4),
+                    "acceptance": {"rule": res.acceptance, **res.acceptance_options},
+                    "lossless": res.lossless,
+                }
+            )
+        )
     else:
         print(out_text)
-        print(f"[{len(res.tokens)} tokens, {res.steps} target forwards, tau {res.mean_accepted_length:.2f}, "
-              f"{len(res.tokens) / res.seconds:.1f} tok/s]", file=sys.stderr)
+        print(
+            f"[{len(res.tokens)} tokens, {res.steps} target forwards, tau {res.mean_accepted_length:.2f}, "
+            f"{len(res.tokens) / res.seconds:.1f} tok/s]",
+            file=sys.stderr,
+        )
     return 0
 
 
 def _open_image(path: str):
     from PIL import Image, UnidentifiedImageError
+
     if not Path(path).is_file():
         raise ConfigError(f"--image {path!r}: no such file")
     try:
@@ -178,35 +255,40 @@ def _open_image(path: str):
 
 
 def cmd_bench(args) -> int:
-    from .bench import parse_config, run_bench
+    from sagespec.plugins.transformers.cli.bench import parse_config, run_bench
+
     configs = [parse_config(c) for c in args.configs]
     if args.vision_options is not None:
-        from .factory import vision_config
+        from sagespec.plugins.transformers.factory import vision_config
+
         vision = [c.drafter for c in configs if c.drafter in VISION_PRESETS]
         if not vision:
-            raise ConfigError("--vision-options: no bench config uses a vision drafter "
-                              f"({', '.join(VISION_PRESETS)})")
+            raise ConfigError(f"--vision-options: no bench config uses a vision drafter ({', '.join(VISION_PRESETS)})")
         vision_config(vision[0], args.vision_options)
     return run_bench(args, configs, _sampling(args))
 
 
 def cmd_train(args) -> int:
-    from .train_cli import run
+    from sagespec.plugins.transformers.cli.train import run
+
     return run(args)
 
 
 def cmd_mine_judge(args) -> int:
-    from .judge_cli import run_mine
+    from sagespec.plugins.transformers.cli.judge import run_mine
+
     return run_mine(args)
 
 
 def cmd_train_judge(args) -> int:
-    from .judge_cli import run_train
+    from sagespec.plugins.transformers.cli.judge import run_train
+
     return run_train(args)
 
 
 def cmd_export(args) -> int:
-    from .drafter_export import export_head_for_vllm
+    from sagespec.plugins.transformers.drafter_export import export_head_for_vllm
+
     out = export_head_for_vllm(args.head, args.model, args.out)
     print(f"wrote vLLM EAGLE-3 draft to {out}")
     return 0
@@ -217,11 +299,17 @@ def main(argv=None) -> int:
     try:
         _check(args)
         import torch
+
         if args.threads:
             torch.set_num_threads(args.threads)
-        return {"generate": cmd_generate, "bench": cmd_bench, "train-drafter": cmd_train,
-                "export-drafter": cmd_export, "mine-judge": cmd_mine_judge,
-                "train-judge": cmd_train_judge}[args.command](args)
+        return {
+            "generate": cmd_generate,
+            "bench": cmd_bench,
+            "train-drafter": cmd_train,
+            "export-drafter": cmd_export,
+            "mine-judge": cmd_mine_judge,
+            "train-judge": cmd_train_judge,
+        }[args.command](args)
     except (ConfigError, ValueError, FileNotFoundError) as e:
         print(f"sagespec: error: {e}", file=sys.stderr)
         return 2

@@ -1,4 +1,5 @@
 """Argument types shared by the command line's subcommands."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
-"""`sagespec train-drafter`: an EAGLE-3-style head for a target, trained on ShareGPT on CPU or CUDA."""
+"""`sagespec train-drafter`: an EAGLE-3-style head for a target, trained on ShareGPT (on CPU)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,25 +11,42 @@ import torch
 from sagespec.common.drafters import VISION_PRESETS, EagleHead, EagleHeadConfig
 from sagespec.common.params import ConfigError
 from sagespec.common.training.eagle_trainer import STATE_NAME, TrainConfig, train_eagle_head
-
-from .drafter_data import cached_features, conversation_ids, extract_features, self_distilled_ids
-from .model_loading import cache_dir, load_model
-from .vision_train_cli import add_vision_arguments, run_vision
+from sagespec.plugins.transformers.cli.train_vision import add_vision_arguments, run_vision
+from sagespec.plugins.transformers.data.drafter_data import (
+    cached_features,
+    conversation_ids,
+    extract_features,
+    self_distilled_ids,
+)
+from sagespec.plugins.transformers.model_loading import cache_dir, load_model
 
 
 def add_arguments(p) -> None:
     p.add_argument("--model", default="smollm2")
-    p.add_argument("--drafter", default="eagle", choices=["eagle", *VISION_PRESETS],
-                   help="eagle: a text head on ShareGPT; a vision drafter: head + vision modules on drawn images "
-                        "and the target's own answers (needs a vision-language --model, e.g. smollm2-llava)")
-    p.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"],
-                   help="target dtype while extracting features (float32 is faster on CPUs without bf16 units)")
+    p.add_argument(
+        "--drafter",
+        default="eagle",
+        choices=["eagle", *VISION_PRESETS],
+        help="eagle: a text head on ShareGPT; a vision drafter: head + vision modules on drawn images "
+        "and the target's own answers (needs a vision-language --model, e.g. smollm2-llava)",
+    )
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["bfloat16", "float32"],
+        help="target dtype while extracting features (float32 is faster on CPUs without bf16 units)",
+    )
     p.add_argument("--out", required=True, help="checkpoint folder (resumed when it holds a trainer state)")
     p.add_argument("--conversations", type=int, default=2000)
     p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--self-distill", action="store_true",
-                   help="train on the target's own greedy answers to ShareGPT's first user turns")
-    p.add_argument("--layers", default=None, help="target hidden-state ids to fuse, e.g. 2,15,27 (default: low, mid, high)")
+    p.add_argument(
+        "--self-distill",
+        action="store_true",
+        help="train on the target's own greedy answers to ShareGPT's first user turns",
+    )
+    p.add_argument(
+        "--layers", default=None, help="target hidden-state ids to fuse, e.g. 2,15,27 (default: low, mid, high)"
+    )
     p.add_argument("--draft-vocab", type=int, default=8192, help="reduced draft vocabulary size (0: the target's)")
     p.add_argument("--ttt-steps", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -84,12 +102,28 @@ def run(args) -> int:
     reference = None
     if args.adaspec_reference:
         reference = EagleHead.load(args.adaspec_reference, embed, lm_head, cfg.num_hidden_layers).float()
-    train_cfg = TrainConfig(steps=args.ttt_steps, lr=args.lr, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                            max_minutes=args.max_minutes, checkpoint_minutes=args.checkpoint_minutes, seed=args.seed,
-                            adaspec_top=args.adaspec_top if reference is not None else None)
+    train_cfg = TrainConfig(
+        steps=args.ttt_steps,
+        lr=args.lr,
+        batch_size=args.batch_size,
+        max_tokens=args.max_tokens,
+        max_minutes=args.max_minutes,
+        checkpoint_minutes=args.checkpoint_minutes,
+        seed=args.seed,
+        adaspec_top=args.adaspec_top if reference is not None else None,
+    )
     state = train_eagle_head(head.float(), data, w_draft, out, train_cfg, reference)
-    print(json.dumps({"out": str(out), "steps": state.step, "tokens_seen": state.tokens_seen,
-                      "minutes": round(state.seconds / 60, 2), "last": state.history[-1] if state.history else None}))
+    print(
+        json.dumps(
+            {
+                "out": str(out),
+                "steps": state.step,
+                "tokens_seen": state.tokens_seen,
+                "minutes": round(state.seconds / 60, 2),
+                "last": state.history[-1] if state.history else None,
+            }
+        )
+    )
     return 0
 
 

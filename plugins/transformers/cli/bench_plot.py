@@ -1,10 +1,12 @@
 """The bench's PNG: accepted length per step for each config, and for adaptive policies the tree
 depth and width chosen against the target's entropy."""
+
 from __future__ import annotations
 
 
 def plot_bench(result: dict, path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -33,8 +35,7 @@ def plot_bench(result: dict, path: str) -> None:
             pts = [(e, d, w) for e, d, w in zip(ent, depth, width) if e is not None]
             if pts:
                 ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=8, alpha=0.4, label=f"{label} depth")
-                ax.scatter([p[0] for p in pts], [p[2] for p in pts], s=8, alpha=0.4, marker="x",
-                           label=f"{label} width")
+                ax.scatter([p[0] for p in pts], [p[2] for p in pts], s=8, alpha=0.4, marker="x", label=f"{label} width")
         ax.set_xlabel("target entropy at the previous step (nats)")
         ax.set_ylabel("tree depth / width chosen")
         ax.set_title("SAGE: shape against entropy")
