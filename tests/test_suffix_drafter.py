@@ -101,6 +101,11 @@ def test_trees_follow_counts_within_width_depth_budget_and_min_prob():
     assert tree.tokens[tree.children(0)[0]] == 1  # most counted child is rank 0
     narrow = frequency_tree(0, conts, depth=2, width=1, budget=10, min_prob=0.0)
     assert narrow.tokens.tolist() == [0, 1, 2]
+    # confidence: a node's count over its parent's (1 continues 4 of 5 occurrences, 2 three of those 4)
+    assert narrow.confidence.tolist() == pytest.approx([1.0, 4 / 5, 3 / 4])
+    for node in range(1, tree.num_nodes):
+        children = tree.children(node)
+        assert sum(float(tree.confidence[c]) for c in children) <= 1.0 + 1e-6
     frequent = frequency_tree(0, conts, depth=3, width=4, budget=10, min_prob=0.5)
     assert frequent.tokens.tolist() == [0, 1, 2]  # 1: 4/5, 2: 3/5, 3: 2/5 cut
     assert frequency_tree(0, conts, depth=3, width=4, budget=2, min_prob=0.0).num_drafted == 2
@@ -115,6 +120,7 @@ def test_static_topologies_keep_their_ranks():
     tree = drafter.propose(DraftContext(torch.tensor([2, 3])), shape, SamplingParams(), None)
     assert tree.rank_paths() == [(0,), (1,)]
     assert tree.tokens.tolist() == [3, 4, 8]
+    assert tree.confidence.tolist() == pytest.approx([1.0, 2 / 3, 1 / 3])  # kept with their nodes
 
 
 def test_a_later_request_drafts_what_an_earlier_one_said():

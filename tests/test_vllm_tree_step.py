@@ -16,6 +16,7 @@ from sagespec.common.tree import DraftTree
 from sagespec.common.verify.acceptance import Acceptance
 from sagespec.plugins.vllm.tree_step import (
     commit_verdicts,
+    decodes_greedily,
     draft_mode,
     plan_tree_step,
     scheduled_prefix,
@@ -163,3 +164,10 @@ def test_draft_mode_by_request_options():
     assert draft_mode(SimpleNamespace(temperature=0.0, watermarking=True, **plain), True) == "vllm_chain"
     assert draft_mode(SimpleNamespace(temperature=0.0, watermarking=False, **plain), True) == "ours"
     assert draft_mode(SimpleNamespace(temperature=1.0, watermarking=None, **plain), True) == "off"
+
+
+def test_greedy_is_vllms_own_threshold():
+    assert decodes_greedily(SimpleNamespace(temperature=0.0))
+    assert decodes_greedily(SimpleNamespace(temperature=1e-6))
+    assert not decodes_greedily(SimpleNamespace(temperature=0.7))
+    assert not decodes_greedily(None)

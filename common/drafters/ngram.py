@@ -45,9 +45,7 @@ def keep_ranks(tree: DraftTree, paths: Iterable[tuple[int, ...]]) -> DraftTree:
     allowed = set(paths)
     ranks = [()] + tree.rank_paths()
     keep = [0] + [i for i in range(1, tree.num_nodes) if ranks[i] in allowed]
-    remap = {old: new for new, old in enumerate(keep)}
-    parents = tree.parents.tolist()
-    return DraftTree.from_parents([int(tree.tokens[i]) for i in keep], [-1] + [remap[parents[i]] for i in keep[1:]])
+    return tree.subtree(keep)  # rank paths are prefix-closed: every kept node's parent is kept
 
 
 class NgramDrafter:

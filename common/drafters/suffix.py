@@ -5,7 +5,8 @@ continuation followed.
 Each step the drafter finds the longest match (`min_match` .. `max_match` tokens) of the committed
 sequence's end, both in the request's own tokens and in the cache; every occurrence of that length
 (the newest `max_candidates`) contributes the tokens that followed it. Merged into a trie, a node's
-count is how many occurrences continue through it; nodes are taken best count first (parents before
+count is how many occurrences continue through it (count / its parent's count is the node's
+`DraftTree.confidence`, which cost-aware sizing calibrates); nodes are taken best count first (parents before
 children), at most `width` children each, `budget` nodes, and only while count / occurrences >=
 `min_prob`; at most `depth` levels and, as in suffix decoding, `max_spec_factor` x the match's length
 (a short match drafts little). No draft distribution: children are chosen deterministically.
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..params import check_float, check_int, reject_unknown
 from ..policies.base import TreeShape
@@ -75,6 +77,7 @@ def frequency_tree(
             node = child
     floor = min_prob * counts[0]
     out_tokens, out_parents, taken = [root], [-1], {0: 0}
+    share = [1.0]  # each kept node's count over its parent's: the drafter's chance of it given the parent
     width_left = {0: width}
     heap = [(-counts[c], c, 0) for c in kids[0].values()]
     heapq.heapify(heap)
@@ -88,10 +91,11 @@ def frequency_tree(
         taken[node] = len(out_tokens)
         out_tokens.append(tokens[node])
         out_parents.append(taken[parent])
+        share.append(counts[node] / counts[parent])
         width_left[node] = width
         for child in kids[node].values():
             heapq.heappush(heap, (-counts[child], child, node))
-    return DraftTree.from_parents(out_tokens, out_parents)
+    return DraftTree.from_parents(out_tokens, out_parents, confidence=torch.tensor(share))
 
 
 class SuffixDrafter:

@@ -24,6 +24,7 @@ from .step_view import build_step_view
 from .tree_step import (
     ActiveStep,
     commit_verdicts,
+    decodes_greedily,
     draft_mode,
     fix_attention_rows,
     has_engine_watermark,
@@ -212,10 +213,9 @@ def _propose(original):
         if _ours(self):
             req_ids = list(self.input_batch.req_ids)
             watermark = has_engine_watermark(self.vllm_config)
-            modes = {
-                i: draft_mode(getattr(self.requests.get(r), "sampling_params", None), watermark)
-                for i, r in enumerate(req_ids)
-            }
+            params = [getattr(self.requests.get(r), "sampling_params", None) for r in req_ids]
+            modes = {i: draft_mode(sp, watermark) for i, sp in enumerate(params)}
+            greedy = {i: decodes_greedily(sp) for i, sp in enumerate(params)}
             with self.drafter.times("bookkeeping"):
                 probe, ActiveSaliency.current = ActiveSaliency.current, None
                 attention = probe.results if probe is not None else {}
@@ -235,6 +235,7 @@ def _propose(original):
                     aux_hidden_states if self.drafter.head else None,
                     accepted_nodes=self.drafter.accepted,
                     modes=modes,
+                    greedy=greedy,
                     images=images,
                 )
         return original(

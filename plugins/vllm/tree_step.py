@@ -242,6 +242,11 @@ def has_engine_watermark(vllm_config) -> bool:
     return getattr(vllm_config, "watermark_config", None) is not None
 
 
+def decodes_greedily(sp) -> bool:
+    """Whether vLLM decodes a request with sampling params `sp` greedily (its own threshold)."""
+    return sp is not None and sp.temperature < 1e-5
+
+
 def draft_mode(sp, engine_watermark: bool = False) -> str:
     """One of step_view.DRAFT_MODES for a request with vLLM sampling params `sp`, in an engine
     with (`engine_watermark`) or without a watermark configured."""
@@ -249,7 +254,7 @@ def draft_mode(sp, engine_watermark: bool = False) -> str:
         return "off"
     if not needs_vllm_sampler(sp, engine_watermark):
         return "ours"
-    return "vllm_chain" if sp.temperature < 1e-5 else "off"  # vLLM's own greedy threshold
+    return "vllm_chain" if decodes_greedily(sp) else "off"
 
 
 def needs_vllm_sampler(sp, engine_watermark: bool = False) -> bool:
