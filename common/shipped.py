@@ -33,10 +33,11 @@ def shipped_head_for(config: Any) -> Path:
     """The shipped EAGLE head trained on a target with this (text) config: hidden size, layer
     count and vocabulary all equal; a ConfigError naming what ships otherwise."""
     target = {name: getattr(config, name, None) for name in TARGET_FIELDS}
-    for name, fitted in shipped_heads().items():
+    heads = shipped_heads()
+    for name, fitted in heads.items():
         if fitted == target:
             return ASSETS / name
-    shipped = "; ".join(f"{name} (for {fitted})" for name, fitted in shipped_heads().items()) or "none"
+    shipped = "; ".join(f"{name} (for {fitted})" for name, fitted in heads.items()) or "none"
     raise ConfigError(
         f"drafter 'eagle' needs model: an EAGLE head folder; no shipped head fits this target {target} "
         f"(shipped: {shipped})"

@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._hooks import Hook
+from ._hooks import Hook, parameter_difference
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)  # statements that define a name
 MAX_DEPTH = 12  # re-export and base-class hops followed before giving up
 
 
@@ -90,7 +91,7 @@ class SourceTree:
         if tree is None:
             return f"module {module} is not in the release"
         for stmt in _top_level(tree.body):
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and stmt.name == name:
+            if isinstance(stmt, DEFINITIONS) and stmt.name == name:
                 return Found(stmt, module)
         for stmt in _top_level(tree.body):
             if isinstance(stmt, ast.ImportFrom):
@@ -115,9 +116,7 @@ class SourceTree:
             return f"{name}: too many base classes"
         assert isinstance(cls.node, ast.ClassDef)  # callers pass classes only
         for stmt in _top_level(cls.node.body):
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and stmt.name == name:
-                return Found(stmt, cls.module)
-            if _binds(stmt, name):
+            if (isinstance(stmt, DEFINITIONS) and stmt.name == name) or _binds(stmt, name):
                 return Found(stmt, cls.module)
         unread = []
         for base in cls.node.bases:
@@ -150,7 +149,7 @@ class SourceTree:
         node = found.node
         if hook.kind == "class" and not isinstance(node, ast.ClassDef):
             return f"{hook.path}: expected a class, found {_kind(node)}"
-        if hook.kind == "function" and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        if hook.kind == "function" and not isinstance(node, DEFINITIONS):
             if hook.params:
                 return f"{hook.path}: bound by {_kind(node)}; its parameters cannot be read from the source"
             return None
@@ -159,9 +158,7 @@ class SourceTree:
         names = self.parameters(found)
         if isinstance(names, str):
             return f"{hook.path}: {names}"
-        if names[: len(hook.params)] != list(hook.params):
-            return f"{hook.path}: parameters are {names}, expected to start with {list(hook.params)}"
-        return None
+        return parameter_difference(hook, names)
 
     def parameters(self, found: Found) -> list[str] | str:
         node = found.node
@@ -219,7 +216,7 @@ def _parameter_names(node: FunctionNode) -> list[str]:
     """In `inspect.signature` order: positional, *args, keyword-only, **kwargs."""
     args = node.args
     ordered = [*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg]
-    return [a.arg for a in ordered if a is not None and a.arg not in ("self", "cls")]
+    return [a.arg for a in ordered if a is not None]
 
 
 def _is_dataclass_decorator(node: ast.expr) -> bool:

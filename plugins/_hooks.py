@@ -46,9 +46,16 @@ def _difference(hook: Hook) -> str | None:
             names = list(inspect.signature(obj).parameters)
         except (TypeError, ValueError):
             return f"{hook.path}: signature cannot be read"
-        names = [n for n in names if n not in ("self", "cls")]
-        if names[: len(hook.params)] != list(hook.params):
-            return f"{hook.path}: parameters are {names}, expected to start with {list(hook.params)}"
+        return parameter_difference(hook, names)
+    return None
+
+
+def parameter_difference(hook: Hook, names: list[str]) -> str | None:
+    """The contract's check of a signature's parameter names (self and cls left out), shared by
+    the import-time check here and the static one (`_hook_source`)."""
+    names = [n for n in names if n not in ("self", "cls")]
+    if names[: len(hook.params)] != list(hook.params):
+        return f"{hook.path}: parameters are {names}, expected to start with {list(hook.params)}"
     return None
 
 
