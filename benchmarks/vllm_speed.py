@@ -40,6 +40,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 EAGLE3_DIR = "{eagle3}"  # replaced by the exported head's folder
+MEDUSA_DIR = "{medusa}"  # replaced by the shipped Medusa heads, exported to vLLM's format
 ARCTIC_DIR = Path(__file__).resolve().parents[1] / ".venv-vllm-arctic"  # scripts/setup_vllm_suffix.sh
 MODELS = {"smollm2": "SmolLM2-135M-Instruct", GEMMA3: "Gemma 3 270M"}
 CONFIGS = {
@@ -72,6 +73,18 @@ CONFIGS = {
         "policy_options": {"max_depth": 24},
     },
     "sage-eagle-auto": {"method": "sage", "drafter": "eagle", "policy": "sage", "max_budget": 8},
+    # Medusa heads (the shipped ones): vLLM's own method with the same blocks, and sage's trees;
+    # the DyTC cascade over lookup alone (no trained weights) and over lookup and the heads.
+    "vllm-medusa": {"method": "medusa", "model": MEDUSA_DIR, "num_speculative_tokens": 4},
+    "sage-medusa-auto": {"method": "sage", "drafter": "medusa", "policy": "sage", "max_budget": 8},
+    "sage-cascade-auto": {"method": "sage", "drafter": "cascade", "policy": "sage", "max_budget": 8},
+    "sage-cascade-medusa-auto": {
+        "method": "sage",
+        "drafter": "cascade",
+        "policy": "sage",
+        "max_budget": 8,
+        "drafter_options": {"sources": ["ngram", "suffix", "medusa"]},
+    },
 }
 
 
@@ -81,6 +94,14 @@ def export_eagle3(model: Path, out_dir: Path) -> Path:
     from sagespec.plugins.transformers.drafter_export import export_head_for_vllm
 
     return export_head_for_vllm(shipped_head("smollm2"), model, out_dir)
+
+
+def export_medusa(model: Path, out_dir: Path) -> Path:
+    """The shipped SmolLM2 Medusa heads in vLLM's Medusa format (the same blocks sage drafts with)."""
+    from sagespec.common.shipped import shipped_medusa
+    from sagespec.plugins.transformers.drafter_export import export_head_for_vllm
+
+    return export_head_for_vllm(shipped_medusa("smollm2"), model, out_dir)
 
 
 def sage_times(llm) -> dict | None:
@@ -199,6 +220,7 @@ def rows_for(results: dict, mode: str, batch: int, num_prompts: int) -> list[dic
                 "speedup_vs_vllm_ngram": ratio(r, results.get("vllm-ngram")),
                 "speedup_vs_vllm_eagle3": ratio(r, results.get("vllm-eagle3")),
                 "speedup_vs_vllm_suffix": ratio(r, results.get("vllm-suffix")),
+                "speedup_vs_vllm_medusa": ratio(r, results.get("vllm-medusa")),
                 "same_as_plain": sum(a == b for a, b in zip(r["outputs"], base["outputs"])) if base else None,
                 "num_prompts": num_prompts,
                 "requests": len(r["outputs"]),
@@ -242,8 +264,9 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/vllm_speed.json")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one config, write --out
     ap.add_argument("--eagle3-dir", help=argparse.SUPPRESS)  # internal: the exported head
+    ap.add_argument("--medusa-dir", help=argparse.SUPPRESS)  # internal: the exported Medusa heads
     args = ap.parse_args()
-    runnable = [n for n in CONFIGS if args.model == "smollm2" or "eagle" not in n]
+    runnable = [n for n in CONFIGS if args.model == "smollm2" or ("eagle" not in n and "medusa" not in n)]
     names = (
         args.configs.split(",") if args.configs else [n for n in runnable if n != "vllm-suffix" or ARCTIC_DIR.is_dir()]
     )
@@ -266,6 +289,8 @@ def main() -> None:
         spec = CONFIGS[args.one]
         if spec and spec.get("model") == EAGLE3_DIR:
             spec = {**spec, "model": args.eagle3_dir}
+        if spec and spec.get("model") == MEDUSA_DIR:
+            spec = {**spec, "model": args.medusa_dir}
         first, second = turns(model, args.dataset, args.num_prompts, args.workload)
         result = run(
             model, spec, first, args.max_tokens, batches[0], args.dtype, eager=modes[0] == "eager", second=second
@@ -275,6 +300,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         eagle3 = str(export_eagle3(model, Path(tmp) / "eagle3")) if "vllm-eagle3" in names else ""
+        medusa = str(export_medusa(model, Path(tmp) / "medusa")) if "vllm-medusa" in names else ""
         for mode in modes:
             for batch in batches:
                 results = {}
@@ -305,6 +331,8 @@ def main() -> None:
                         mode,
                         "--eagle3-dir",
                         eagle3,
+                        "--medusa-dir",
+                        medusa,
                     ]
                     print(f"== {name}, {mode}, batch {batch}", flush=True)
                     env = dict(os.environ)
@@ -348,15 +376,15 @@ def table(rows: list[dict]) -> str:
 
     lines = [
         "| config | mode | batch | tok/s | tau | vs plain | vs vLLM ngram | vs vLLM eagle3 | vs vLLM suffix | "
-        "same as plain | sage ms/step: draft/attn/verify/book (of a plain step) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "vs vLLM medusa | same as plain | sage ms/step: draft/attn/verify/book (of a plain step) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['config']} | {r['mode']} | {r['batch']} | {r['tok_per_s']:.1f} | {r['tau']:.2f} | "
             f"{x(r['speedup_vs_plain'])} | {x(r['speedup_vs_vllm_ngram'])} | "
             f"{x(r['speedup_vs_vllm_eagle3'])} | {x(r['speedup_vs_vllm_suffix'])} | "
-            f"{r['same_as_plain']}/{r['requests']} | {own(r)} |"
+            f"{x(r['speedup_vs_vllm_medusa'])} | {r['same_as_plain']}/{r['requests']} | {own(r)} |"
         )
     return "\n".join(lines)
 

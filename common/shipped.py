@@ -21,10 +21,16 @@ def shipped_head(model_name: str) -> Path | None:
     return folder if (folder / "config.json").is_file() else None
 
 
-def shipped_heads() -> dict[str, dict[str, int]]:
-    """Each shipped head folder's name -> the target config it was trained on."""
+def shipped_medusa(model_name: str) -> Path | None:
+    """The Medusa heads folder that ships for `model_name`, if any."""
+    folder = ASSETS / f"{SAME_TEXT_MODEL.get(model_name, model_name)}-medusa"
+    return folder if (folder / "config.json").is_file() else None
+
+
+def shipped_heads(kind: str = "eagle3") -> dict[str, dict[str, int]]:
+    """Each shipped folder of this kind ('eagle3' or 'medusa') -> the target config it was trained on."""
     heads = {}
-    for manifest in sorted(ASSETS.glob("*/MANIFEST.json")):
+    for manifest in sorted(ASSETS.glob(f"*-{kind}/MANIFEST.json")):
         heads[manifest.parent.name] = json.loads(manifest.read_text())["target_config"]
     return heads
 
@@ -32,13 +38,19 @@ def shipped_heads() -> dict[str, dict[str, int]]:
 def shipped_head_for(config: Any) -> Path:
     """The shipped EAGLE head trained on a target with this (text) config: hidden size, layer
     count and vocabulary all equal; a ConfigError naming what ships otherwise."""
+    return _shipped_for(config, "eagle3", "drafter 'eagle' needs model: an EAGLE head folder")
+
+
+def shipped_medusa_for(config: Any) -> Path:
+    """The shipped Medusa heads trained on a target with this (text) config."""
+    return _shipped_for(config, "medusa", "drafter 'medusa' needs model: a Medusa heads folder")
+
+
+def _shipped_for(config: Any, kind: str, needs: str) -> Path:
     target = {name: getattr(config, name, None) for name in TARGET_FIELDS}
-    heads = shipped_heads()
+    heads = shipped_heads(kind)
     for name, fitted in heads.items():
         if fitted == target:
             return ASSETS / name
     shipped = "; ".join(f"{name} (for {fitted})" for name, fitted in heads.items()) or "none"
-    raise ConfigError(
-        f"drafter 'eagle' needs model: an EAGLE head folder; no shipped head fits this target {target} "
-        f"(shipped: {shipped})"
-    )
+    raise ConfigError(f"{needs}; none shipped fits this target {target} (shipped: {shipped})")

@@ -136,11 +136,13 @@ class Speculator:
         accepted); before its first draft, only the entropy counts."""
         state = self.state(req_id)
         tree, state.last_tree = state.last_tree, None
-        if self.sizer is not None and tree is not None and tree.num_drafted:
-            if emitted is None and tree.max_depth == tree.num_drafted:  # a chain: its first nodes
-                emitted = [int(t) for t in tree.tokens[1 : accepted + 1]] + [-1]
+        if tree is not None and tree.num_drafted:
+            emitted = self._emitted(tree, accepted, emitted)
             if emitted is not None:
-                self.sizer.observe(tree, emitted)
+                if self.sizer is not None:
+                    self.sizer.observe(tree, emitted)
+                if state.drafter is not None and hasattr(state.drafter, "observe_outcome"):
+                    state.drafter.observe_outcome(tree, emitted)
         state.policy.observe(
             StepStats(
                 shape=state.last_shape,
@@ -149,6 +151,15 @@ class Speculator:
                 target_entropy=entropy,
             )
         )
+
+    @staticmethod
+    def _emitted(tree: DraftTree, accepted: int, emitted: Iterable[int] | None) -> list[int] | None:
+        """The step's emitted tokens; for a chain they follow from `accepted` (-1 for the bonus)."""
+        if emitted is not None:
+            return list(emitted)
+        if tree.max_depth == tree.num_drafted:  # a chain: its first nodes
+            return [int(t) for t in tree.tokens[1 : accepted + 1]] + [-1]
+        return None
 
     # ---- the step ----------------------------------------------------------------------
     def plan(self, request: DraftRequest) -> TreeShape | None:

@@ -12,6 +12,7 @@ import torch
 from sagespec.common.params import ConfigError
 from sagespec.common.tree import within_window
 from sagespec.kernels import commit_accepted_kv, row_attention, tree_attention
+from sagespec.plugins._layer_skip import skipping_layers
 
 ATTENTION_NAME = "sagespec_tree"
 _backend = {"name": "auto"}
@@ -117,6 +118,7 @@ class HFTreeLM:
             )
         self.model = model
         self.vocab_size = model.config.get_text_config().vocab_size
+        self.num_layers = model.config.get_text_config().num_hidden_layers
         self.hidden_layer_ids = tuple(hidden_layer_ids)
         self._cache_cls = DynamicCache
         self.cache = self._new_cache()
@@ -166,6 +168,13 @@ class HFTreeLM:
         if not with_hidden:
             return logits
         return logits, self._layer_feats(out.hidden_states)
+
+    @torch.no_grad()
+    def forward_skipping(self, tokens, positions, mask, skip: frozenset[int]):
+        """`forward` through the layers not in `skip` (self-speculative drafts): only the kept
+        layers' caches grow."""
+        with skipping_layers(self.model, skip):
+            return self.forward(tokens, positions, mask)
 
     @torch.no_grad()
     def forward_with_last_hidden(self, tokens, positions, mask, with_hidden: bool = False, inputs_embeds=None):

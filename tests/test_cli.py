@@ -39,6 +39,15 @@ def run_cli(*args):
         (["generate", "--prompt", "x", "--drafter", "draft_model", "--model", "{tmp}"], "config.json"),
         (["train-drafter", "--out", "{tmp}"], "needs a budget"),
         (
+            ["generate", "--prompt", "x", "--drafter", "self", "--self-levels", "0.5,1.5"],
+            "each share must lie in (0, 1)",
+        ),
+        (
+            ["generate", "--prompt", "x", "--drafter", "cascade", "--cascade-sources", "self,eagle"],
+            "--cascade-sources self,eagle: each source once, from ['ngram', 'suffix', 'self', 'medusa']",
+        ),
+        (["generate", "--prompt", "x", "--drafter", "medusa", "--medusa-heads", "{tmp}"], "has no config.json"),
+        (
             ["generate", "--prompt", "x", "--eagle-head", "{tmp}", "--drafter", "eagle", "--model", "{tmp}"],
             "config.json",
         ),

@@ -7,6 +7,7 @@ import pytest
 import torch
 from distribution_stats import chi_square_pvalue
 from tiny_models import tiny_llama
+from tiny_sampling import V_SMALL, exact_pair_distribution, generator, sample_pairs
 
 from sagespec.common.drafters import (
     LOOKUP_DRAFTERS,
@@ -51,11 +52,6 @@ def make_drafter(name, target, seed=1):
         EagleHeadConfig.for_target(target.config), target.model.embed_tokens.weight, target.lm_head.weight, seed=seed
     )
     return EagleDrafter(head)
-
-
-def generator(target, drafter, policy, **kw):
-    layers = drafter.needs.hidden_layer_ids if drafter is not None else ()
-    return SpeculativeGenerator(HFTreeLM(target, hidden_layer_ids=layers), drafter, policy, **kw)
 
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))
@@ -125,29 +121,6 @@ def test_lossy_rule_is_flagged_and_bad_rules_refused(target):
 
 
 # ---- sampling at temperature 1: Monte Carlo against the exact target distribution -----------
-
-V_SMALL = 12
-
-
-def exact_pair_distribution(model, prompt):
-    """P(t2, t3) of the 2nd and 3rd generated tokens (the first verify steps), exactly."""
-    with torch.no_grad():
-        p1 = torch.softmax(model(torch.tensor([prompt])).logits[0, -1].double(), -1)
-        seqs = torch.tensor([prompt + [a, b] for a in range(V_SMALL) for b in range(V_SMALL)])
-        logits = model(seqs).logits.double()
-    p2 = torch.softmax(logits[:, -2], -1).view(V_SMALL, V_SMALL, V_SMALL)[:, 0]  # p(t2 | t1)
-    p3 = torch.softmax(logits[:, -1], -1).view(V_SMALL, V_SMALL, V_SMALL)  # p(t3 | t1, t2)
-    joint = p1[:, None, None] * p2[:, :, None] * p3
-    return joint.sum(0)
-
-
-def sample_pairs(target, drafter, policy, rule, n, sizer=None):
-    gen = generator(target, drafter, policy, acceptance=rule, sizer=sizer)
-    counts = torch.zeros(V_SMALL, V_SMALL, dtype=torch.float64)
-    for seed in range(n):
-        t = gen.generate([1, 2, 3], 3, SamplingParams(1.0), seed=seed).tokens
-        counts[t[1], t[2]] += 1
-    return counts
 
 
 @pytest.fixture(scope="module")

@@ -76,6 +76,9 @@ def test_a_draft_model_path_means_the_draft_model_drafter():
         ({"speculative_adaptive": True}, "drop it"),
         ({"speculative_adaptive_config": '{"colour": "blue"}'}, "unknown option(s) ['colour']"),
         ({"speculative_adaptive_config": '{"policy": "widest"}'}, "policy='widest' is not one of"),
+        ({"speculative_adaptive_config": '{"drafter": "medusa"}'}, "the SGLang worker does not capture yet"),
+        ({"speculative_adaptive_config": '{"drafter": "self"}'}, "it runs in the reference runtime"),
+        ({"speculative_adaptive_config": '{"drafter": "cascade"}'}, "routes among sources the SGLang worker"),
         (
             {"speculative_adaptive_config": '{"policy_options": {"max_depth": 3}}'},
             "policy_options.max_depth is set by --speculative-num-steps",

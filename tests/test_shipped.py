@@ -23,5 +23,5 @@ def test_the_default_models_head_is_found_by_its_config():
 )
 def test_another_target_gets_no_head(change):
     other = SimpleNamespace(**{**vars(SMOLLM2), **change})
-    with pytest.raises(ConfigError, match=r"needs model: an EAGLE head folder; no shipped head fits.*smollm2-eagle3"):
+    with pytest.raises(ConfigError, match=r"needs model: an EAGLE head folder; none shipped fits.*smollm2-eagle3"):
         shipped_head_for(other)

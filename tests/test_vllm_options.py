@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from sagespec.common.params import ConfigError
-from sagespec.plugins.vllm.options import DEFAULT_BUDGET, parse_sage_config
+from sagespec.plugins.vllm.options import DEFAULT_BUDGET, cascade_sources, parse_sage_config
 
 
 def test_defaults_and_kept_vllm_keys():
@@ -21,6 +21,15 @@ def test_defaults_and_kept_vllm_keys():
     assert options.make_policy().budget == DEFAULT_BUDGET  # auto sizes within the policy's whole budget
 
 
+def test_cascade_sources():
+    lookup, _ = parse_sage_config({"method": "sage", "drafter": "cascade"})
+    assert cascade_sources(lookup) == ("ngram", "suffix")  # no trained weights by default
+    heads, _ = parse_sage_config(
+        {"method": "sage", "drafter": "cascade", "model": "heads", "drafter_options": {"sources": ["medusa", "ngram"]}}
+    )
+    assert cascade_sources(heads) == ("medusa", "ngram")
+
+
 def test_budget_keys():
     fixed, _ = parse_sage_config({"method": "sage", "num_speculative_tokens": 12, "budget": 5})
     assert (fixed.max_budget, fixed.budget, fixed.auto, fixed.make_policy().budget) == (12, 5, False, 5)
@@ -32,7 +41,13 @@ def test_budget_keys():
 @pytest.mark.parametrize(
     "config, message",
     [
-        ({"drafter": "medusa"}, "drafter='medusa' is not one of"),
+        ({"drafter": "mirror"}, "drafter='mirror' is not one of"),
+        ({"drafter": "self"}, "drafter 'self' (the target with layers skipped) runs in the reference runtime only"),
+        ({"drafter": "cascade", "drafter_options": {"sources": ["ngram", "self"]}}, "'self' runs in the reference"),
+        ({"drafter": "cascade", "drafter_options": {"sources": ["ngram", "ngram"]}}, "each source once"),
+        ({"drafter": "cascade", "drafter_options": {"depth": 3}}, "unknown option(s) ['depth']"),
+        ({"drafter": "cascade", "model": "heads"}, "takes model (Medusa heads) only with source 'medusa'"),
+        ({"drafter": "medusa", "drafter_options": {"k": 2}}, "drafter 'medusa' takes no drafter_options"),
         ({"policy": "widest"}, "policy='widest' is not one of"),
         ({"num_speculative_tokens": 0}, "num_speculative_tokens=0 is out of range"),
         ({"colour": "blue"}, "unknown option(s) ['colour']"),

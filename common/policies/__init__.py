@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..params import ConfigError
-from .base import DecodeState, StepStats, TreePolicy, TreeShape, cap_shape
+from .base import DecodeState, StepStats, TreePolicy, TreeShape, cap_depth, cap_shape
 from .chain import ChainPolicy
 from .dynamic import DynamicPolicy
 from .sage import SagePolicy, calibrate_thresholds
@@ -31,6 +31,7 @@ __all__ = [
     "TreePolicy",
     "TreeShape",
     "calibrate_thresholds",
+    "cap_depth",
     "cap_shape",
     "make_policy",
 ]

@@ -57,6 +57,16 @@ def cap_shape(shape: TreeShape, budget: int) -> TreeShape:
     return TreeShape(depth=min(shape.depth, budget), width=min(shape.width, budget), budget=budget)
 
 
+def cap_depth(shape: TreeShape, depth: int) -> TreeShape:
+    """The shape no deeper than `depth` levels (a static topology keeps its paths that fit)."""
+    if shape.depth <= depth:
+        return shape
+    if shape.paths is not None:
+        paths = tuple(p for p in shape.paths if len(p) <= depth)
+        return TreeShape(depth=depth, width=shape.width, budget=len(paths), paths=paths)
+    return TreeShape(depth=depth, width=shape.width, budget=shape.budget)
+
+
 class TreePolicy(Protocol):
     name: str
     reads_entropy: bool  # whether observe() reads StepStats.target_entropy (else it may be NaN)

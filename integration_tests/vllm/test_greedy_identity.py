@@ -2,6 +2,7 @@
 token (fp32): with a fixed budget at batch 1, with cost-aware sizing (budget "auto") at batch 8."""
 
 import pytest
+import torch
 from vllm_lane import counters_during, engine, greedy_tokens, live_proposer, shape_stats
 
 MAX_TOKENS = 128
@@ -45,3 +46,36 @@ def test_suffix_drafts_repeated_requests_from_earlier_answers(smollm2_folder, mt
     accepted = "vllm:spec_decode_num_accepted_tokens"
     assert after[accepted] > 2 * before[accepted]
     assert after[accepted] > 0.6 * sum(len(o) for o in again)
+
+
+@pytest.mark.parametrize(
+    "drafter, batch, budget, options",
+    [("medusa", 1, 8, {}), ("cascade", 4, "auto", {"sources": ["ngram", "suffix", "medusa"]})],
+    ids=["medusa-b1", "cascade-b4-auto"],
+)
+def test_medusa_and_cascade_equal_plain_vllm(
+    smollm2_folder, mtbench_prompts, plain_outputs, drafter, batch, budget, options
+):
+    """The shipped Medusa heads (final hidden states from vLLM's own forward) and the DyTC cascade
+    over lookup and the heads."""
+    spec = {"method": "sage", "drafter": drafter, "policy": "sage", "max_budget": 8, "budget": budget}
+    if options:
+        spec["drafter_options"] = options
+    with engine(smollm2_folder, spec=spec, max_num_seqs=batch) as llm:
+        outputs, counts = counters_during(llm, lambda: greedy_tokens(llm, mtbench_prompts, MAX_TOKENS))
+    mismatched = [i for i, (a, b) in enumerate(zip(outputs, plain_outputs)) if a != b]
+    assert not mismatched, f"prompts {mismatched} differ from plain vLLM"
+    assert counts["vllm:spec_decode_num_accepted_tokens"] > 0
+
+
+def test_exported_medusa_heads_run_in_vllms_own_method(smollm2_folder, mtbench_prompts, plain_outputs, tmp_path):
+    """The shipped heads exported to vLLM's Medusa format load and draft in vLLM's `medusa` method."""
+    from sagespec.common.shipped import shipped_medusa
+    from sagespec.plugins.transformers.drafter_export import export_head_for_vllm
+
+    folder = export_head_for_vllm(shipped_medusa("smollm2"), smollm2_folder, tmp_path / "medusa", dtype=torch.float32)
+    spec = {"method": "medusa", "model": str(folder), "num_speculative_tokens": 4}
+    with engine(smollm2_folder, spec=spec, max_num_seqs=1) as llm:
+        outputs, counts = counters_during(llm, lambda: greedy_tokens(llm, mtbench_prompts[:2], MAX_TOKENS))
+    assert outputs == plain_outputs[:2]
+    assert counts["vllm:spec_decode_num_accepted_tokens"] > 0

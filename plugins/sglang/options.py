@@ -28,6 +28,15 @@ from sagespec.common.verify.acceptance import parse_server_acceptance
 OWNER = "--speculative-algorithm sage"
 CONFIG_FLAG = "--speculative-adaptive-config"
 DRAFTERS = (*LOOKUP_DRAFTERS, "draft_model", "eagle")
+# Drafters the SGLang worker does not run yet, and why (they run in vLLM and the reference runtime).
+NOT_IN_SGLANG = {
+    "medusa": "reads the target's final hidden states, which the SGLang worker does not capture yet "
+    "(it captures EAGLE's layers only); use it with vLLM or the reference runtime",
+    "self": "runs the target with layers skipped, which the SGLang worker does not do yet; it runs in the "
+    "reference runtime",
+    "cascade": "routes among sources the SGLang worker does not run yet (self levels, Medusa heads); use it "
+    "with vLLM or the reference runtime",
+}
 JSON_KEYS = ("drafter", "policy", "policy_options", "drafter_options", "acceptance")
 DEFAULT_DRAFT_TOKENS = 9  # root + 8 drafted nodes, the vLLM plugin's default budget
 MAX_DRAFT_TOKENS = 65
@@ -122,6 +131,8 @@ def parse_server_args(cfg) -> SageOptions:
     config = read_config_json(getattr(cfg, "speculative_adaptive_config", None))
     reject_unknown(f"{OWNER}: {CONFIG_FLAG}", config, JSON_KEYS)
     model = getattr(cfg, "speculative_draft_model_path", None)
+    if config.get("drafter") in NOT_IN_SGLANG:
+        raise ConfigError(f"{OWNER}: drafter {config['drafter']!r} {NOT_IN_SGLANG[config['drafter']]}")
     drafter = check_choice(OWNER, "drafter", config.get("drafter", "draft_model" if model else "ngram"), DRAFTERS)
     if drafter == "draft_model" and not model:
         raise ConfigError(f"{OWNER}: drafter 'draft_model' needs --speculative-draft-model-path")

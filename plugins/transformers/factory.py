@@ -3,25 +3,34 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sagespec.common.drafters import (
+    CASCADE_SOURCES,
     DRAFTER_NAMES,
     LOOKUP_DRAFTERS,
     VISION_PRESETS,
+    CascadeDrafter,
     DraftModelDrafter,
+    DyTCRouter,
     EagleDrafter,
     EagleHead,
     EagleHeadConfig,
+    MedusaDrafter,
+    MedusaHeads,
+    SelfDrafter,
+    SelfLevel,
     VisionConfig,
     VisionDrafter,
     VisionModules,
+    check_fractions,
     check_shared_vocabulary,
     lookup_drafters,
 )
+from sagespec.common.drafters.self_draft import DEFAULT_FRACTIONS
 from sagespec.common.params import ConfigError, check_int
 from sagespec.common.policies import POLICIES, DecodeState, make_policy
-from sagespec.common.shipped import shipped_head
+from sagespec.common.shipped import shipped_head, shipped_medusa
 from sagespec.common.sizing import Sizer
 from sagespec.common.verify.acceptance import check_acceptance
 from sagespec.plugins._hf_tree_lm import HFTreeLM
@@ -35,6 +44,7 @@ class LoadedTarget:
     model: object
     tokenizer: object
     name: str = ""
+    self_levels: dict = field(default_factory=dict)  # calibrated self-draft levels by fractions
 
     def encode_chat(self, text: str) -> list[int]:
         tok = self.tokenizer
@@ -80,9 +90,13 @@ def make_drafter(
     seed: int = 0,
     warn=lambda m: print(m, file=sys.stderr),
     vision_options: dict | None = None,
+    medusa_heads: str | None = None,
+    self_levels: tuple[float, ...] = DEFAULT_FRACTIONS,
+    cascade_sources: tuple[str, ...] = ("self", "ngram"),
 ):
     """None for 'none'; the drafter object otherwise (its `needs` tell what the target must give).
-    `vision_options` override the fields of a vision preset's VisionConfig."""
+    `vision_options` override the fields of a vision preset's VisionConfig. `self_levels`: the
+    shares of layers each self-draft level skips; `cascade_sources`: what `cascade` routes among."""
     if name == "none":
         return None
     if name not in DRAFTER_NAMES:
@@ -90,6 +104,12 @@ def make_drafter(
     vision = vision_config(name, vision_options)
     if name in LOOKUP_DRAFTERS:
         return lookup_drafters(name, {})()
+    if name == "medusa":
+        return MedusaDrafter(load_medusa(target, medusa_heads))
+    if name == "self":
+        return SelfDrafter(calibrated_levels(target, self_levels), _text_config(target).num_hidden_layers)
+    if name == "cascade":
+        return make_cascade(target, cascade_sources, medusa_heads, self_levels)
     if name == "draft_model":
         if not draft_model:
             raise ConfigError("--drafter draft_model needs --draft-model PATH (a Hugging Face folder)")
@@ -120,6 +140,78 @@ def make_drafter(
     drafter = VisionDrafter(head.eval(), vision, modules)
     drafter.name = name
     return drafter
+
+
+def _text_config(target: LoadedTarget):
+    return target.model.config.get_text_config()
+
+
+def load_medusa(target: LoadedTarget, folder: str | None) -> MedusaHeads:
+    """The heads at `folder`, or the ones that ship for the target; a ConfigError otherwise."""
+    folder = folder or shipped_medusa(target.name)
+    if not folder:
+        raise ConfigError(
+            f"drafter 'medusa' needs --medusa-heads DIR: no heads ship for {target.name!r} "
+            "(train some with: sagespec train-drafter --drafter medusa --out DIR)"
+        )
+    cfg = _text_config(target)
+    return MedusaHeads.load(folder, target.model.get_output_embeddings().weight, cfg.num_hidden_layers)
+
+
+def calibrated_levels(target: LoadedTarget, fractions: tuple[float, ...]) -> list[SelfLevel]:
+    """The self-draft levels for these fractions, calibrated once per loaded target: agreement on
+    the target's greedy continuations of two MT-Bench and two HumanEval prompts (or, for a model
+    without a tokenizer, of fixed token prompts), cost by timed forwards."""
+    from sagespec.plugins.transformers.self_calibration import calibrate_self, greedy_continuations
+
+    fractions = check_fractions(fractions, "--self-levels")
+    if fractions not in target.self_levels:
+        if target.tokenizer is not None:
+            from sagespec.common.datasets import load_prompts
+
+            texts = [p.text for name in ("mt-bench", "humaneval") for p in load_prompts(name, 2)]
+            prompts = [target.encode_chat(t) for t in texts]
+        else:
+            vocab = _text_config(target).vocab_size
+            prompts = [[(7 * i + j) % vocab for j in range(16)] for i in range(4)]
+        continuations = greedy_continuations(target.model, prompts, CALIBRATION_TOKENS)
+        levels = calibrate_self(HFTreeLM(target.model), continuations, fractions)
+        print(
+            "[self-draft levels: "
+            + "; ".join(f"skip {len(lv.skip)}: agreement {lv.agreement:.2f}, cost {lv.cost:.2f}" for lv in levels)
+            + "]",
+            file=sys.stderr,
+        )
+        target.self_levels[fractions] = levels
+    return target.self_levels[fractions]
+
+
+CALIBRATION_TOKENS = 48
+
+
+def check_cascade_sources(sources: tuple[str, ...]) -> None:
+    unknown = [s for s in sources if s not in CASCADE_SOURCES]
+    if unknown or not sources or len(set(sources)) != len(sources):
+        raise ConfigError(f"--cascade-sources {','.join(sources)}: each source once, from {list(CASCADE_SOURCES)}")
+
+
+def make_cascade(
+    target: LoadedTarget, sources: tuple[str, ...], medusa_heads: str | None, self_levels: tuple[float, ...]
+) -> CascadeDrafter:
+    """A DyTC cascade over `sources` (each self level is a source of its own)."""
+    unknown = [s for s in sources if s not in CASCADE_SOURCES]
+    if unknown or not sources or len(set(sources)) != len(sources):
+        raise ConfigError(f"--cascade-sources {','.join(sources)}: each source once, from {list(CASCADE_SOURCES)}")
+    lookup = {s: lookup_drafters(s, {})() for s in sources if s in LOOKUP_DRAFTERS}
+    models, priors = {}, {}
+    if "self" in sources:
+        layers = _text_config(target).num_hidden_layers
+        for level in calibrated_levels(target, self_levels):
+            models[level.name] = SelfDrafter([level], layers)
+            priors[level.name] = level.agreement
+    if "medusa" in sources:
+        models["medusa"] = MedusaDrafter(load_medusa(target, medusa_heads))
+    return CascadeDrafter(lookup, models, DyTCRouter(tuple(lookup), tuple(models), priors))
 
 
 def vision_config(drafter: str, options: dict | None) -> VisionConfig | None:
@@ -158,8 +250,11 @@ def make_generator(
     cfg = target.model.config.get_text_config()
     check_acceptance(acceptance, dict(acceptance_options or {}), cfg.vocab_size, cfg.hidden_size)
     layers = drafter.needs.hidden_layer_ids if drafter is not None else ()
+    tree_lm = HFTreeLM(target.model, hidden_layer_ids=layers)
+    if hasattr(drafter, "bind_target"):  # drafters that draft with the target itself
+        drafter.bind_target(tree_lm)
     return SpeculativeGenerator(
-        HFTreeLM(target.model, hidden_layer_ids=layers),
+        tree_lm,
         drafter,
         policy,
         acceptance=acceptance,

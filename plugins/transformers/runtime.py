@@ -55,6 +55,8 @@ class GenerationResult:
     shapes: list[TreeShape] = field(default_factory=list)
     nodes_per_step: list[int] = field(default_factory=list)
     entropies: list[float] = field(default_factory=list)
+    draft_seconds: float = 0.0  # time spent drafting (the speculator's draft calls)
+    drafter_report: dict | None = None  # what a drafter that reports (a cascade's router) said at the end
 
     @property
     def mean_accepted_length(self) -> float:
@@ -214,8 +216,10 @@ class SpeculativeGenerator:
 
         while len(result.tokens) < max_new_tokens and result.tokens[-1] not in self.eos:
             prefix = self.target.length
+            draft_start = time.perf_counter()
             tree = speculator.draft([DraftRequest(REQUEST, torch.tensor(tokens, dtype=torch.long), sampling, rng)])[0]
             forward_start = time.perf_counter()
+            result.draft_seconds += forward_start - draft_start
             logits, hidden, last = self._forward(
                 tree.tokens, tree.positions(prefix), tree.attention_mask(prefix), acceptance
             )
@@ -241,6 +245,8 @@ class SpeculativeGenerator:
             result.shapes.append(state.last_shape)
             result.nodes_per_step.append(tree.num_drafted)
             result.entropies.append(verdict.entropy)
+        if self.drafter is not None and hasattr(self.drafter, "report"):
+            result.drafter_report = self.drafter.report()
         speculator.retain(())  # the request is over (a suffix drafter caches it)
         result.seconds = time.perf_counter() - start
         return result

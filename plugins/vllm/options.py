@@ -16,7 +16,9 @@ from sagespec.common.verify import is_lossless
 from sagespec.common.verify.acceptance import parse_server_acceptance
 
 OWNER = "--speculative-config (method 'sage')"
-DRAFTERS = (*LOOKUP_DRAFTERS, "draft_model", "eagle", *VISION_PRESETS)
+DRAFTERS = (*LOOKUP_DRAFTERS, "draft_model", "eagle", "medusa", "cascade", *VISION_PRESETS)
+# What a cascade routes among in vLLM (self-speculative levels run in the reference runtime only).
+VLLM_CASCADE_SOURCES = (*LOOKUP_DRAFTERS, "medusa")
 SAGE_KEYS = (
     "method",
     "drafter",
@@ -90,6 +92,25 @@ def _dict_option(config: dict, key: str) -> dict:
     return dict(value)
 
 
+def cascade_sources(options: SageOptions) -> tuple[str, ...]:
+    """drafter_options.sources of a cascade: each once, from VLLM_CASCADE_SOURCES (default: the
+    lookup drafters; "medusa" reads `model`, or the heads that ship for the target)."""
+    reject_unknown(f"{OWNER}: drafter_options", options.drafter_options, ("sources",))
+    sources = options.drafter_options.get("sources", list(LOOKUP_DRAFTERS))
+    if (
+        not isinstance(sources, list)
+        or not sources
+        or len(set(map(str, sources))) != len(sources)
+        or any(s not in VLLM_CASCADE_SOURCES for s in sources)
+    ):
+        extra = "; 'self' runs in the reference runtime only" if "self" in (sources or []) else ""
+        raise ConfigError(
+            f"{OWNER}: drafter_options.sources={sources!r} must list each source once, from "
+            f"{list(VLLM_CASCADE_SOURCES)}{extra}"
+        )
+    return tuple(sources)
+
+
 def parse_budgets(config: dict) -> tuple[int, int | str]:
     """(max_budget, budget): max_budget is vLLM's num_speculative_tokens (either name, not two values);
     budget is "auto" (the default) or a number of nodes up to max_budget."""
@@ -112,6 +133,12 @@ def parse_budgets(config: dict) -> tuple[int, int | str]:
 def parse_sage_config(config: dict) -> tuple[SageOptions, dict]:
     """(our options, the keys vLLM keeps). Raises ConfigError naming the bad key."""
     reject_unknown(OWNER, config, SAGE_KEYS + VLLM_KEYS)
+    if config.get("drafter") == "self":
+        raise ConfigError(
+            f"{OWNER}: drafter 'self' (the target with layers skipped) runs in the reference runtime only; "
+            "vLLM's plugin does not run the loaded target's layers for drafts yet: use 'medusa', or 'cascade' "
+            f"with drafter_options.sources from {list(VLLM_CASCADE_SOURCES)}"
+        )
     drafter = check_choice(OWNER, "drafter", config.get("drafter", "ngram"), DRAFTERS)
     model = config.get("model")
     if model is not None and not isinstance(model, str):
@@ -144,6 +171,13 @@ def parse_sage_config(config: dict) -> tuple[SageOptions, dict]:
         acceptance_options=acceptance_options,
         strict_multimodal=strict,
     )
+    if drafter == "cascade":
+        if "medusa" not in cascade_sources(options) and model:  # fail now on a bad source, naming it
+            raise ConfigError(f"{OWNER}: drafter 'cascade' takes model (Medusa heads) only with source 'medusa'")
+    elif drafter not in (*LOOKUP_DRAFTERS, *VISION_PRESETS) and options.drafter_options:
+        raise ConfigError(
+            f"{OWNER}: drafter {drafter!r} takes no drafter_options (got {sorted(options.drafter_options)})"
+        )
     options.make_policy()  # fail now on a bad policy option, naming it
     try:
         _ = options.vision  # fail now on a bad vision option, naming it

@@ -24,10 +24,14 @@ import torch
 
 from sagespec.common.drafters import (
     LOOKUP_DRAFTERS,
+    CascadeDrafter,
     DraftModelDrafter,
+    DyTCRouter,
     EagleDrafter,
     EagleHead,
     ImageInputs,
+    MedusaDrafter,
+    MedusaHeads,
     VisionDrafter,
     VisionModules,
     lookup_drafters,
@@ -36,7 +40,7 @@ from sagespec.common.drafters.vision_modules import embedding_saliency
 from sagespec.common.params import ConfigError
 from sagespec.common.policies import TreeShape
 from sagespec.common.random_source import TorchRandom
-from sagespec.common.shipped import shipped_head_for
+from sagespec.common.shipped import shipped_head_for, shipped_medusa_for
 from sagespec.common.sizing import Sizer, profile_sizes
 from sagespec.common.speculator import GREEDY, DraftRequest, Speculator
 from sagespec.common.step_times import StepTimes
@@ -45,7 +49,7 @@ from sagespec.common.verify.acceptance import Acceptance
 from sagespec.plugins._draft_loading import load_draft_model
 from sagespec.plugins._hf_tree_lm import HFTreeLM
 
-from .options import ATTRIBUTE, SageOptions
+from .options import ATTRIBUTE, SageOptions, cascade_sources
 from .step_view import RequestStep, StepView
 from .tree_step import refuse_unsupported_attention
 
@@ -111,6 +115,7 @@ class SageProposer:
         self.times = StepTimes()  # where the runner hooks and propose() add their time (benchmarks read it)
         self.rng = TorchRandom(0)
         self.head: EagleHead | None = None
+        self.medusa: MedusaHeads | None = None  # Medusa heads (drafter medusa, or a cascade source)
         self.vision_modules: VisionModules | None = None
         self.saliency_layer_name: str | None = None  # where the target's attention is read (attention pruning)
         SageProposer.live.add(self)
@@ -159,7 +164,10 @@ class SageProposer:
         self.lookup_drafters = (
             lookup_drafters(options.drafter, options.drafter_options) if options.drafter in LOOKUP_DRAFTERS else None
         )
-        if self.lookup_drafters is None and options.drafter_options and options.vision is None:
+        self.sources = cascade_sources(options) if options.drafter == "cascade" else ()
+        # A cascade's lookup sources, made now (a suffix cache is shared by all requests).
+        self.cascade_lookup = {s: lookup_drafters(s, {}) for s in self.sources if s in LOOKUP_DRAFTERS}
+        if self.lookup_drafters is None and options.drafter_options and options.vision is None and not self.sources:
             raise ConfigError(
                 f"drafter {options.drafter!r} takes no drafter_options (got {sorted(options.drafter_options)})"
             )
@@ -179,7 +187,19 @@ class SageProposer:
     # ---- what the runner hooks use -------------------------------------------------------
     @property
     def hidden_layer_ids(self) -> tuple[int, ...]:
+        """The target layers whose inputs vLLM captures for the drafter (EAGLE heads)."""
         return self.head.config.target_layer_ids if self.head is not None else ()
+
+    @property
+    def reads_final_hidden(self) -> bool:
+        """Whether the drafter reads the target's final normed hidden states (Medusa heads)."""
+        return self.medusa is not None
+
+    @property
+    def feature_dtype(self) -> torch.dtype | None:
+        if self.head is not None:
+            return self.head.fc.weight.dtype
+        return self.medusa.dtype if self.medusa is not None else None
 
     def wants_images(self, req_id: str) -> bool:
         """Whether the runner should look for this request's images: vision drafters, before the
@@ -199,7 +219,7 @@ class SageProposer:
         if self.options.drafter == "draft_model":
             self.draft_lm = load_draft_model(self.options.model, self.target_path, target_model)
             return
-        if self.lookup_drafters is not None:
+        if self.lookup_drafters is not None or (self.sources and "medusa" not in self.sources):
             return
         # A multimodal model's text model holds the embeddings and the output layer.
         lm = target_model.get_language_model() if hasattr(target_model, "get_language_model") else target_model
@@ -207,6 +227,15 @@ class SageProposer:
         vocab = config.vocab_size
         embed = lm.model.embed_tokens.weight[:vocab]  # vLLM pads the vocabulary
         lm_head = lm.lm_head.weight[:vocab]
+        if self.options.drafter in ("medusa", "cascade"):
+            folder = self.options.model or str(shipped_medusa_for(config))
+            self.medusa = MedusaHeads.load(folder, lm_head, config.num_hidden_layers)
+            logger.info(
+                "sagespec: Medusa heads %s (%d heads) read the final hidden states",
+                folder,
+                self.medusa.config.num_heads,
+            )
+            return
         folder = self.options.model or str(shipped_head_for(config))
         self.head = EagleHead.load(folder, embed, lm_head, config.num_hidden_layers).eval()
         logger.info("sagespec: EAGLE head %s reads target layers %s", folder, self.hidden_layer_ids)
@@ -307,9 +336,9 @@ class SageProposer:
         vllm_verifies_greedy = all(r.greedy for r in view.requests) or not self.on_cpu
         for i, req in enumerate(view.requests):
             state = speculator.state(req.req_id)
-            if req.committed_features is not None and self.head is not None:
+            if req.committed_features is not None and self.feature_dtype is not None:
                 speculator.commit_features(
-                    req.req_id, req.committed_features.to(self.head.fc.weight.dtype), start=req.start_position
+                    req.req_id, req.committed_features.to(self.feature_dtype), start=req.start_position
                 )
             if req.images is not None and state.images is None and state.steps == 0:
                 state.images = self._with_saliency(req.req_id, req.images)
@@ -394,4 +423,10 @@ class SageProposer:
             return EagleDrafter(copy.copy(self.head))
         if self.options.drafter == "draft_model":
             return DraftModelDrafter(HFTreeLM(self.draft_lm))
+        if self.options.drafter == "medusa":
+            return MedusaDrafter(self.medusa)
+        if self.options.drafter == "cascade":
+            lookup = {name: make() for name, make in self.cascade_lookup.items()}
+            models = {"medusa": MedusaDrafter(self.medusa)} if self.medusa is not None else {}
+            return CascadeDrafter(lookup, models, DyTCRouter(tuple(lookup), tuple(models)))
         return self.lookup_drafters()

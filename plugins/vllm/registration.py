@@ -197,6 +197,14 @@ def _sample(original):
     return sample
 
 
+def drafter_features(drafter, hidden_states, aux_hidden_states):
+    """What the drafter reads per scheduled token: the captured layers (EAGLE heads), the final
+    normed hidden states (Medusa heads), or nothing."""
+    if drafter.head is not None:
+        return aux_hidden_states
+    return [hidden_states] if drafter.reads_final_hidden else None
+
+
 def _propose(original):
     def propose_draft_token_ids(
         self,
@@ -232,7 +240,7 @@ def _propose(original):
                     self.drafter.entropies,
                     spec_decode_metadata,
                     common_attn_metadata,
-                    aux_hidden_states if self.drafter.head else None,
+                    drafter_features(self.drafter, hidden_states, aux_hidden_states),
                     accepted_nodes=self.drafter.accepted,
                     modes=modes,
                     greedy=greedy,

@@ -64,6 +64,9 @@ def run_bench(args, configs: list[BenchConfig], sampling) -> int:
             args.dtype,
             args.seed,
             vision_options=args.vision_options if c.drafter in VISION_PRESETS else None,
+            medusa_heads=args.medusa_heads,
+            self_levels=args.self_levels,
+            cascade_sources=args.cascade_sources,
         )
         gens[c.label] = make_generator(
             target, drafter, make_policy_from_args(c.policy, c.budget), args.acceptance, args.acceptance_options
@@ -88,6 +91,8 @@ def run_bench(args, configs: list[BenchConfig], sampling) -> int:
                     "widths": [s.width if s else 0 for s in r.shapes],
                     "nodes": r.nodes_per_step,
                     "entropies": r.entropies,
+                    "draft_seconds": r.draft_seconds,
+                    "drafter_report": r.drafter_report,
                     "same_as_plain": None if label == "plain" else r.tokens == plain_tokens[i],
                 }
             )
@@ -127,6 +132,8 @@ def summarise(runs: dict) -> dict:
         verify_steps = [a for r in rs for a in r["accepted_per_step"][1:]]
         speedups = [p["seconds"] / r["seconds"] for p, r in zip(plain, rs)]
         same = [r["same_as_plain"] for r in rs if r["same_as_plain"] is not None]
+        drafted = sum(n for r in rs for n in r["nodes"])
+        accepted = sum(a - 1 for r in rs for a in r["accepted_per_step"][1:])
         out[label] = {
             "tok_per_s": tokens / secs,
             "tau": sum(verify_steps) / max(1, len(verify_steps)),
@@ -134,13 +141,25 @@ def summarise(runs: dict) -> dict:
             "tokens": tokens,
             "seconds": secs,
             "identical_to_plain": (sum(same), len(same)) if same else None,
+            # per drafted node: the share accepted, and the drafting time it cost
+            "accepted_per_node": accepted / drafted if drafted else None,
+            "draft_ms_per_node": 1e3 * sum(r["draft_seconds"] for r in rs) / drafted if drafted else None,
+            "draft_share": sum(r["draft_seconds"] for r in rs) / secs,
+            "drafter_report": rs[-1]["drafter_report"],
         }
     return out
 
 
 def format_table(summary: dict) -> str:
-    lines = [f"{'config':<24}{'tok/s':>9}{'tau':>7}{'speedup':>9}{'same as plain':>15}", "-" * 64]
+    lines = [
+        f"{'config':<24}{'tok/s':>9}{'tau':>7}{'speedup':>9}{'acc/node':>10}{'ms/node':>9}{'same as plain':>15}",
+        "-" * 83,
+    ]
     for label, s in summary.items():
         same = "-" if s["identical_to_plain"] is None else "{}/{}".format(*s["identical_to_plain"])
-        lines.append(f"{label:<24}{s['tok_per_s']:>9.1f}{s['tau']:>7.2f}{s['median_speedup']:>8.2f}x{same:>15}")
+        acc = "-" if s["accepted_per_node"] is None else f"{s['accepted_per_node']:.2f}"
+        ms = "-" if s["draft_ms_per_node"] is None else f"{s['draft_ms_per_node']:.2f}"
+        lines.append(
+            f"{label:<24}{s['tok_per_s']:>9.1f}{s['tau']:>7.2f}{s['median_speedup']:>8.2f}x{acc:>10}{ms:>9}{same:>15}"
+        )
     return "\n".join(lines)

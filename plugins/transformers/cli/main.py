@@ -9,12 +9,13 @@ import sys
 from pathlib import Path
 
 from sagespec.common.datasets import DATASETS
-from sagespec.common.drafters import DRAFTER_NAMES, VISION_PRESETS
+from sagespec.common.drafters import CASCADE_SOURCES, DRAFTER_NAMES, VISION_PRESETS
+from sagespec.common.drafters.self_draft import DEFAULT_FRACTIONS
 from sagespec.common.params import ConfigError
 from sagespec.common.policies import POLICIES
 from sagespec.common.verify import available_rules
 from sagespec.common.verify.acceptance import parse_acceptance
-from sagespec.plugins.transformers.cli.arg_types import json_object
+from sagespec.plugins.transformers.cli.arg_types import fractions, json_object, names
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,7 +60,31 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="JSON overrides of the vision drafters' settings, e.g. '{\"keep_ratio\": 0.25}' "
         "(compress, keep_ratio, prune_by, num_queries, global_fusion, cross_attention, num_heads)",
     )
+    p.add_argument("--medusa-heads", help="folder of trained Medusa heads (sagespec train-drafter --drafter medusa)")
+    p.add_argument(
+        "--self-levels",
+        type=fractions,
+        default=DEFAULT_FRACTIONS,
+        help="self drafts: the shares of the target's layers each level skips, calibrated at start "
+        f"(default {','.join(map(str, DEFAULT_FRACTIONS))})",
+    )
+    p.add_argument(
+        "--cascade-sources",
+        type=names,
+        default=("self", "ngram"),
+        help=f"cascade: the draft sources DyTC routes among, from {list(CASCADE_SOURCES)} (default self,ngram: "
+        "no trained weights)",
+    )
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (pinned)")
+
+
+def drafter_options(args) -> dict:
+    """The options of the drafters that take some beyond their weights."""
+    return {
+        "medusa_heads": args.medusa_heads,
+        "self_levels": args.self_levels,
+        "cascade_sources": args.cascade_sources,
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_mine_arguments(sub.add_parser("mine-judge", help="mine important draft mismatches on a checkable task"))
     add_train_arguments(sub.add_parser("train-judge", help="train a judge file from mined mismatches"))
-    e = sub.add_parser("export-drafter", help="export a trained head to vLLM's EAGLE-3 draft format")
+    e = sub.add_parser("export-drafter", help="export trained heads to vLLM's format (EAGLE-3 or Medusa)")
     e.add_argument("--head", required=True, help="head folder (config.json + model.safetensors)")
     e.add_argument("--out", required=True, help="folder to write the vLLM draft into")
     e.add_argument("--model", default="smollm2", help="the target the head was trained for")
@@ -160,9 +185,10 @@ def _check(args) -> None:
         raise ConfigError(f"--num-prompts {args.num_prompts} must be >= 1")
     args.acceptance, args.acceptance_options = parse_acceptance(args.acceptance, "--acceptance")
     if args.command == "generate":
-        from sagespec.plugins.transformers.factory import vision_config
+        from sagespec.plugins.transformers.factory import check_cascade_sources, vision_config
 
         vision_config(args.drafter, args.vision_options)
+        check_cascade_sources(args.cascade_sources)
     _sampling(args)
 
 
@@ -195,6 +221,7 @@ def cmd_generate(args) -> int:
         args.dtype,
         args.seed,
         vision_options=args.vision_options,
+        **drafter_options(args),
     )
     sizer = Sizer(policy_budget(policy)) if auto and drafter is not None else None
     gen = make_generator(
@@ -290,7 +317,8 @@ def cmd_export(args) -> int:
     from sagespec.plugins.transformers.drafter_export import export_head_for_vllm
 
     out = export_head_for_vllm(args.head, args.model, args.out)
-    print(f"wrote vLLM EAGLE-3 draft to {out}")
+    kind = "Medusa" if json.loads((out / "config.json").read_text())["model_type"] == "medusa" else "EAGLE-3"
+    print(f"wrote vLLM {kind} draft to {out}")
     return 0
 
 

@@ -11,6 +11,7 @@ import torch
 from sagespec.common.drafters import VISION_PRESETS, EagleHead, EagleHeadConfig
 from sagespec.common.params import ConfigError
 from sagespec.common.training.eagle_trainer import STATE_NAME, TrainConfig, train_eagle_head
+from sagespec.plugins.transformers.cli.train_medusa import add_medusa_arguments, run_medusa
 from sagespec.plugins.transformers.cli.train_vision import add_vision_arguments, run_vision
 from sagespec.plugins.transformers.data.drafter_data import (
     cached_features,
@@ -26,8 +27,8 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--drafter",
         default="eagle",
-        choices=["eagle", *VISION_PRESETS],
-        help="eagle: a text head on ShareGPT; a vision drafter: head + vision modules on drawn images "
+        choices=["eagle", "medusa", *VISION_PRESETS],
+        help="eagle: a text head on ShareGPT; medusa: heads distilled from the target's own answers; a vision drafter: head + vision modules on drawn images "
         "and the target's own answers (needs a vision-language --model, e.g. smollm2-llava)",
     )
     p.add_argument(
@@ -59,6 +60,7 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
     add_vision_arguments(p)
+    add_medusa_arguments(p)
 
 
 def default_layers(num_layers: int) -> tuple[int, int, int]:
@@ -74,6 +76,8 @@ def training_sequences(args, model, tok) -> list[list[int]]:
 def run(args) -> int:
     if args.max_tokens is None and args.max_minutes is None:
         raise ConfigError("train-drafter needs a budget: --max-tokens N and/or --max-minutes M")
+    if args.drafter == "medusa":
+        return run_medusa(args)
     if args.drafter != "eagle":
         return run_vision(args)
     torch.manual_seed(args.seed)
