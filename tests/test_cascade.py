@@ -47,7 +47,7 @@ def timed_router(acceptance, level_seconds, step_seconds=1.0):
         router.stats[name].prior = a
     for name, s in level_seconds.items():
         router.stats[name].level_seconds = s
-    router.time_step(step_seconds)
+    router.time_step(step_seconds, 1)
     return router
 
 
@@ -58,6 +58,19 @@ def test_route_prefers_the_source_with_more_tokens_per_second():
     # the same rates, but drafting costs as much as a step: drafting does not pay
     router = timed_router({"ngram": 0.1, "self-a": 0.3, "self-b": 0.3}, {"self-a": 1.0, "self-b": 1.0})
     assert router.route({"ngram": 2}, 6).source is None
+
+
+def test_route_charges_what_verifying_a_bigger_tree_costs():
+    """The same source and rates; when each verified token adds 30% of a step, deep drafts stop
+    paying and the router drafts shallower."""
+    flat = timed_router({"ngram": 0.1, "self-a": 0.6, "self-b": 0.1}, {"self-a": 0.01, "self-b": 5.0})
+    steep = timed_router({"ngram": 0.1, "self-a": 0.6, "self-b": 0.1}, {"self-a": 0.01, "self-b": 5.0})
+    for n in (2, 4, 8, 16):
+        flat.time_step(1.0, n)
+        steep.time_step(1.0 + 0.3 * (n - 1), n)
+    deep, shallow = flat.route({"ngram": 0}, 6, width=1, budget=6), steep.route({"ngram": 0}, 6, width=1, budget=6)
+    assert deep.source == shallow.source == "self-a"
+    assert deep.depth == 6 and shallow.depth < deep.depth
 
 
 def test_route_explores_a_source_left_idle():

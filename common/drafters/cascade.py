@@ -45,6 +45,7 @@ class CascadeDrafter:
         self.last_trees: dict[str, DraftTree] = {}
         self.last_route: Route | None = None
         self._drafted_at: float | None = None
+        self._last_nodes = 1  # nodes of the tree proposed last (root included)
         self.routed: dict[str, int] = {}  # steps each source drafted in
 
     def bind_target(self, lm: object) -> None:
@@ -67,9 +68,15 @@ class CascadeDrafter:
     def propose(self, context: DraftContext, shape: TreeShape, params: SamplingParams, rng: RandomSource) -> DraftTree:
         start = time.perf_counter()
         if self._drafted_at is not None:  # the last step's verify and everything around it
-            self.router.time_step(start - self._drafted_at)
+            self.router.time_step(start - self._drafted_at, self._last_nodes)
         trees = {name: source.propose(context, shape, params, rng) for name, source in self.lookup.items()}
-        route = self.router.route({name: t.max_depth for name, t in trees.items()}, shape.depth)
+        route = self.router.route(
+            {name: t.max_depth for name, t in trees.items()},
+            shape.depth,
+            lookup_nodes=sum(t.num_drafted for t in trees.values()),
+            width=shape.width,
+            budget=shape.budget,
+        )
         if route.source is not None:
             began = time.perf_counter()
             tree = self.models[route.source].propose(context, cap_depth(shape, route.depth), params, rng)
@@ -95,7 +102,7 @@ class CascadeDrafter:
                 "routed_steps": self.routed.get(name, 0),
             }
             for name, stats in self.router.stats.items()
-        } | {"step_ms": None if self.router.step_seconds is None else round(self.router.step_seconds * 1e3, 3)}
+        } | {"step_ms_by_tokens": {int(n): round(t * 1e3, 3) for n, t in sorted(self.router.latency.points.values())}}
 
     def observe_outcome(self, tree: DraftTree, emitted: Sequence[int]) -> None:
         self.router.observe(self.last_trees, emitted)

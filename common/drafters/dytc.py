@@ -10,8 +10,10 @@ nothing and always draft; among model sources it picks the one and the depth n t
     expected tokens of the merged tree / (step time + n * level time),
 
 where a branch of depth n with rate a reaches depth k with probability a**k and the merged tree's
-tokens are 1 + sum_k P(some branch reaches k). Depth 0 (lookup only) is one of the choices. A
-source left unpicked for EXPLORE_EVERY steps is picked once, so its estimate keeps up.
+tokens are 1 + sum_k P(some branch reaches k), and the step time is a latency model (the sizing
+one: piecewise linear in the tokens the target verifies) fed with the measured step times and tree
+sizes, so a wider or deeper tree is charged what verifying it costs. Depth 0 (lookup only) is one of
+the choices. A source left unpicked for EXPLORE_EVERY steps is picked once, so its estimate keeps up.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..sizing.latency import LatencyModel
 from ..tree import DraftTree
 
 EXPLORE_EVERY = 32
@@ -83,21 +86,29 @@ class DyTCRouter:
     lookup: tuple[str, ...]
     models: tuple[str, ...]
     priors: dict[str, float] = field(default_factory=dict)
-    step_seconds: float | None = None  # the step outside drafting
+    latency: LatencyModel = field(default_factory=LatencyModel)  # the step outside drafting, by tree size
     stats: dict[str, SourceStats] = field(init=False)
 
     def __post_init__(self) -> None:
         self.stats = {name: SourceStats(self.priors.get(name, 0.5)) for name in (*self.lookup, *self.models)}
 
-    def time_step(self, seconds: float) -> None:
-        self.step_seconds = seconds if self.step_seconds is None else (1 - EMA) * self.step_seconds + EMA * seconds
+    def time_step(self, seconds: float, tokens: int) -> None:
+        """The last step verified a tree of `tokens` nodes (root included) and spent `seconds` outside drafting."""
+        self.latency.observe_step(tokens, seconds)
 
-    def route(self, lookup_depths: dict[str, int], max_depth: int) -> Route:
-        """The model source and depth for this step, given how deep each lookup source drafted."""
+    def route(
+        self, lookup_depths: dict[str, int], max_depth: int, lookup_nodes: int = 0, width: int = 1, budget: int = 1
+    ) -> Route:
+        """The model source and depth for this step, given how deep each lookup source drafted and
+        how many nodes they hold together; a model source of depth n adds min(budget, n * width)."""
         rates = [self.stats[s].acceptance for s in lookup_depths]
         depths = list(lookup_depths.values())
-        base = self.step_seconds or 0.0
-        best = Route(None, 0, reach(rates, depths), base)
+        measured = self.latency.samples > 0
+
+        def step_seconds(nodes: int) -> float:
+            return float(self.latency.step(1 + nodes, trees=False))
+
+        best = Route(None, 0, reach(rates, depths), step_seconds(lookup_nodes) if measured else 0.0)
         for stats in (self.stats[name] for name in self.models):
             stats.idle_steps += 1
         for name in self.models:
@@ -105,14 +116,14 @@ class DyTCRouter:
             if stats.level_seconds is None or stats.idle_steps > EXPLORE_EVERY:
                 stats.idle_steps = 0
                 return Route(name, max(1, min(2, max_depth)), float("nan"), float("nan"))
-        if base <= 0.0:
+        if not measured:
             return best
         for name in self.models:
             stats = self.stats[name]
             assert stats.level_seconds is not None  # every model source was timed above
             for n in range(1, max_depth + 1):
                 tokens = reach([*rates, stats.acceptance], [*depths, n])
-                seconds = base + n * stats.level_seconds
+                seconds = step_seconds(lookup_nodes + min(budget, n * width)) + n * stats.level_seconds
                 if tokens / seconds > best.expected_tokens / best.expected_seconds:
                     best = Route(name, n, tokens, seconds)
         if best.source is not None:
