@@ -123,11 +123,15 @@ class Speculator:
 
     def commit_features(self, req_id: str, rows: torch.Tensor, start: int | None = None) -> None:
         """Append the target features of newly committed positions; `start` (the position of the
-        first row) first drops what a previous step had beyond it."""
+        first row) first drops what a previous step had beyond it. Positions before `start` that
+        never got features (an engine's prefix cache served them) get zero rows: drafts from them
+        are worse, verification is unchanged."""
         state = self.state(req_id)
         kept = state.features if state.features is not None else rows[:0]
         if start is not None:
             kept = kept[:start]
+            if kept.shape[0] < start:  # positions the engine never ran (a prefix-cache hit): zero features
+                kept = torch.cat([kept, rows.new_zeros(start - kept.shape[0], rows.shape[-1])])
         state.features = torch.cat([kept, rows])
 
     def observe(self, req_id: str, accepted: int, entropy: float, emitted: Iterable[int] | None = None) -> None:

@@ -1,14 +1,11 @@
 """The DyTC cascade: the router's arithmetic and choices, merged trees, greedy identity and exact
 sampling with self levels, lookup and Medusa heads together."""
 
-import copy
-
 import pytest
-import torch
 from distribution_stats import chi_square_pvalue
 from test_medusa import random_heads
 from tiny_models import tiny_llama
-from tiny_sampling import V_SMALL, exact_pair_distribution, generator, sample_pairs
+from tiny_sampling import V_SMALL, exact_pair_distribution, generator, greedy_oracle, sample_pairs
 
 from sagespec.common.drafters import (
     CascadeDrafter,
@@ -111,10 +108,7 @@ def target():
 
 @pytest.fixture(scope="module")
 def oracle(target):
-    ref = copy.deepcopy(target)
-    ref.set_attn_implementation("sdpa")
-    out = ref.generate(torch.tensor([PROMPT]), max_new_tokens=40, min_new_tokens=40, do_sample=False)
-    return out[0, len(PROMPT) :].tolist()
+    return greedy_oracle(target, PROMPT, 40)
 
 
 def cascade(target, layers, with_medusa=True):

@@ -1,14 +1,13 @@
 """Medusa heads: trees drawn head by head, greedy identity, exact sampling, checkpoints, training,
 and the vLLM export."""
 
-import copy
 import json
 
 import pytest
 import torch
 from distribution_stats import chi_square_pvalue
 from tiny_models import tiny_llama
-from tiny_sampling import V_SMALL, exact_pair_distribution, generator, sample_pairs
+from tiny_sampling import V_SMALL, exact_pair_distribution, generator, greedy_oracle, sample_pairs
 
 from sagespec.common.drafters import DraftContext, MedusaDrafter, MedusaHeads
 from sagespec.common.params import ConfigError
@@ -42,10 +41,7 @@ def target():
 
 @pytest.fixture(scope="module")
 def oracle(target):
-    ref = copy.deepcopy(target)
-    ref.set_attn_implementation("sdpa")
-    out = ref.generate(torch.tensor([PROMPT]), max_new_tokens=40, min_new_tokens=40, do_sample=False)
-    return out[0, len(PROMPT) :].tolist()
+    return greedy_oracle(target, PROMPT, 40)
 
 
 def test_each_depth_draws_from_its_own_head(target):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from distribution_stats import chi_square_pvalue
 from tiny_models import tiny_gemma3, tiny_llama
-from tiny_sampling import V_SMALL, exact_pair_distribution, generator, sample_pairs
+from tiny_sampling import V_SMALL, exact_pair_distribution, generator, greedy_oracle, sample_pairs
 
 from sagespec.common.drafters import SelfDrafter, SelfLevel, calibrate_levels, check_fractions, check_skip
 from sagespec.common.params import ConfigError
@@ -26,10 +26,7 @@ def target():
 
 @pytest.fixture(scope="module")
 def oracle(target):
-    ref = copy.deepcopy(target)
-    ref.set_attn_implementation("sdpa")
-    out = ref.generate(torch.tensor([PROMPT]), max_new_tokens=40, min_new_tokens=40, do_sample=False)
-    return out[0, len(PROMPT) :].tolist()
+    return greedy_oracle(target, PROMPT, 40)
 
 
 def level(*skip):

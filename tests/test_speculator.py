@@ -91,6 +91,9 @@ def test_requests_keep_their_state_until_they_end():
     speculator.commit_features("a", torch.ones(3, 2))
     speculator.commit_features("a", torch.zeros(2, 2), start=2)  # a later step rewrote position 2 onward
     assert speculator.requests["a"].features.tolist() == [[1, 1], [1, 1], [0, 0], [0, 0]]
+    # a prefix-cache hit: positions 4..5 were never run; they get zero rows, later rows stay aligned
+    speculator.commit_features("a", torch.full((1, 2), 7.0), start=6)
+    assert speculator.requests["a"].features.tolist() == [[1, 1], [1, 1], [0, 0], [0, 0], [0, 0], [0, 0], [7, 7]]
     speculator.retain(["a"])
     assert set(speculator.requests) == {"a"}
 

@@ -1,6 +1,8 @@
 """Building a reference runtime around a tiny target, and the Monte Carlo check of sampling
 against the target's exact distribution (shared by the drafter tests)."""
 
+import copy
+
 import torch
 
 from sagespec.common.sampling import SamplingParams
@@ -17,6 +19,15 @@ def generator(target, drafter, policy, **kw):
     if hasattr(drafter, "bind_target"):
         drafter.bind_target(lm)
     return SpeculativeGenerator(lm, drafter, policy, **kw)
+
+
+def greedy_oracle(model, prompt, n: int) -> list[int]:
+    """The model's own greedy continuation (stock attention, stock generate): what identity tests
+    compare with."""
+    ref = copy.deepcopy(model)
+    ref.set_attn_implementation("sdpa")
+    out = ref.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return out[0, len(prompt) :].tolist()
 
 
 def exact_pair_distribution(model, prompt):

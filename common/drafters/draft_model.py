@@ -34,7 +34,9 @@ def check_shared_vocabulary(
     )
 
 
-class _LMScorer:
+class LMScorer:
+    """Scores tree nodes with a TreeLM, each new level appended after the committed cache."""
+
     def __init__(self, lm: TreeLM, scratch: ScratchTree) -> None:
         self.lm, self.scratch = lm, scratch
 
@@ -67,7 +69,7 @@ class DraftModelDrafter:
         tree = grow_tree(
             int(tokens[-1]),
             logits[-1],
-            _LMScorer(self.lm, ScratchTree(total)),
+            LMScorer(self.lm, ScratchTree(total)),
             shape,
             params,
             rng,

@@ -14,7 +14,6 @@ Checkpoint: one folder with `config.json` (EagleHeadConfig fields) and `model.sa
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -25,9 +24,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..params import ConfigError
+from .checkpoint import CONFIG_NAME, read_config, read_weights, write_checkpoint
 from .packed_linear import PackedLinear
 
-CONFIG_NAME, WEIGHTS_NAME = "config.json", "model.safetensors"
 ARCHITECTURE = "sagespec-eagle-head"
 
 
@@ -356,34 +355,18 @@ class EagleHead(nn.Module):
 
     # ---- checkpoints --------------------------------------------------------------------
     def save(self, folder: str | Path) -> None:
-        from safetensors.torch import save_file
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, str(folder / WEIGHTS_NAME))
+        write_checkpoint(folder, self.config.to_dict(), self.state_dict())
 
     @classmethod
     def load(
         cls, folder: str | Path, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor, num_target_layers: int
     ) -> EagleHead:
-        from safetensors.torch import load_file
-
-        folder = Path(folder)
-        for name in (CONFIG_NAME, WEIGHTS_NAME):
-            if not (folder / name).is_file():
-                raise ConfigError(f"eagle head: {folder} has no {name}")
-        config = EagleHeadConfig.from_dict(json.loads((folder / CONFIG_NAME).read_text()))
+        config = EagleHeadConfig.from_dict(read_config(folder, "eagle head"))
         config.check_target(
             hidden_size=embed_weight.shape[1], vocab_size=embed_weight.shape[0], num_layers=num_target_layers
         )
         head = cls(config, embed_weight, lm_head_weight)
-        try:
-            state = load_file(str(folder / WEIGHTS_NAME))
-        except Exception as e:  # safetensors raises its own error types for a damaged file
-            raise ConfigError(
-                f"eagle head: {folder / WEIGHTS_NAME} is not a readable safetensors file ({type(e).__name__}: {e})"
-            ) from None
+        state = read_weights(folder, "eagle head")
         expected = head.state_dict()
         wrong = [
             f"{k} {tuple(v.shape)} (config: {tuple(expected[k].shape)})"

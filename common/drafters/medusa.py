@@ -9,7 +9,6 @@ the whole tree. Blocks start at zero (each head starts as the target's own next-
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -23,11 +22,10 @@ from ..random_source import RandomSource
 from ..sampling import SamplingParams
 from ..tree import DraftTree
 from .base import DraftContext, DrafterNeeds
+from .checkpoint import CONFIG_NAME, read_config, read_weights, write_checkpoint
 from .eagle import committed_features
 from .expansion import drive, growth
 
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
 MEDUSA_FORMAT = "sagespec-medusa"
 
 
@@ -142,30 +140,14 @@ class MedusaHeads(nn.Module):
 
     # ---- checkpoints --------------------------------------------------------------------
     def save(self, folder: str | Path) -> None:
-        from safetensors.torch import save_file
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, str(folder / WEIGHTS_NAME))
+        write_checkpoint(folder, self.config.to_dict(), self.state_dict())
 
     @classmethod
     def load(cls, folder: str | Path, lm_head_weight: torch.Tensor, num_target_layers: int) -> MedusaHeads:
-        from safetensors.torch import load_file
-
-        folder = Path(folder)
-        for name in (CONFIG_NAME, WEIGHTS_NAME):
-            if not (folder / name).is_file():
-                raise ConfigError(f"medusa heads: {folder} has no {name}")
-        config = MedusaConfig.from_dict(json.loads((folder / CONFIG_NAME).read_text()))
+        config = MedusaConfig.from_dict(read_config(folder, "medusa heads"))
         config.check_target(lm_head_weight.shape[1], lm_head_weight.shape[0], num_target_layers)
         heads = cls(config, lm_head_weight)
-        try:
-            state = load_file(str(folder / WEIGHTS_NAME))
-        except Exception as e:  # safetensors raises its own error types for a damaged file
-            raise ConfigError(
-                f"medusa heads: {folder / WEIGHTS_NAME} is not readable ({type(e).__name__}: {e})"
-            ) from None
+        state = read_weights(folder, "medusa heads")
         expected = heads.state_dict()
         wrong = sorted(set(state) ^ set(expected))
         wrong += [k for k in state if k in expected and state[k].shape != expected[k].shape]

@@ -23,6 +23,7 @@ from ..random_source import RandomSource
 from ..sampling import SamplingParams
 from ..tree import DraftTree
 from .base import DraftContext, DrafterNeeds
+from .draft_model import LMScorer
 from .expansion import grow_tree
 from .tree_lm import ScratchTree, causal_extension_mask
 
@@ -131,17 +132,6 @@ class SkipView:
         self.lm.truncate(length)
 
 
-class _ViewScorer:
-    def __init__(self, view: SkipView, scratch: ScratchTree) -> None:
-        self.view, self.scratch = view, scratch
-
-    def score(
-        self, nodes: Sequence[int], tokens: Sequence[int], parents: Sequence[int], depths: Sequence[int]
-    ) -> torch.Tensor:
-        mask, positions = self.scratch.add(nodes, parents, depths)
-        return self.view.forward(torch.tensor(tokens, dtype=torch.long), positions, mask)
-
-
 class SelfDrafter:
     """Drafts with the target at one level (the most valuable of `levels`; `level` may be changed
     between steps). `bind_target` gives it the target's LayerSkipLM, the one the runtime verifies with."""
@@ -188,7 +178,7 @@ class SelfDrafter:
         root = tokens[-1:]
         logits = view.forward(root, torch.tensor([committed]), causal_extension_mask(committed, 1))
         try:
-            scorer = _ViewScorer(view, ScratchTree(committed + 1))
+            scorer = LMScorer(view, ScratchTree(committed + 1))
             return grow_tree(int(root), logits[-1], scorer, shape, params, rng, self.sample_children)
         finally:
             lm.truncate(committed)

@@ -189,6 +189,10 @@ def _check(args) -> None:
 
         vision_config(args.drafter, args.vision_options)
         check_cascade_sources(args.cascade_sources)
+    if getattr(args, "medusa_heads", None):  # before any model is loaded
+        from sagespec.common.drafters.checkpoint import read_config
+
+        read_config(args.medusa_heads, "--medusa-heads")
     _sampling(args)
 
 
