@@ -16,7 +16,7 @@ from sagespec.plugins._hf_tree_lm import HFTreeLM
 from sagespec.plugins._layer_skip import skipping_layers
 
 COST_CONTEXT = 64  # cached tokens the timed forwards attend to
-COST_REPEATS = 5
+COST_REPEATS = 15  # one-token forwards are 15-60 ms here and jitter: 5 repeats moved a level's cost by 0.4
 
 
 @torch.no_grad()
