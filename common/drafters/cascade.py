@@ -18,7 +18,7 @@ from ..random_source import RandomSource
 from ..sampling import SamplingParams
 from ..tree import DraftTree
 from .base import DraftContext, Drafter, DrafterNeeds
-from .dytc import DyTCRouter, Route
+from .dytc import DyTCRouter
 
 
 def merged_needs(sources: Sequence[Drafter]) -> DrafterNeeds:
@@ -43,7 +43,6 @@ class CascadeDrafter:
         self.lookup, self.models, self.router = dict(lookup), dict(models), router
         self.needs = merged_needs([*self.lookup.values(), *self.models.values()])
         self.last_trees: dict[str, DraftTree] = {}
-        self.last_route: Route | None = None
         self._drafted_at: float | None = None
         self._last_nodes = 1  # nodes of the tree proposed last (root included)
         self.routed: dict[str, int] = {}  # steps each source drafted in
@@ -82,7 +81,7 @@ class CascadeDrafter:
             tree = self.models[route.source].propose(context, cap_depth(shape, route.depth), params, rng)
             self.router.stats[route.source].time_level((time.perf_counter() - began) / max(1, tree.max_depth))
             trees = {route.source: tree, **trees}
-        self.last_trees, self.last_route = trees, route
+        self.last_trees = trees
         for name in trees:
             self.routed[name] = self.routed.get(name, 0) + 1
         self._drafted_at = time.perf_counter()
