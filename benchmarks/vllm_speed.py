@@ -343,7 +343,10 @@ def main() -> None:
                 rows += rows_for(results, mode, batch, args.num_prompts)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    from sagespec.common.machine import machine_info  # here: --one runs may import an older sagespec
+
     meta = {
+        "machine": machine_info(),
         "model": MODELS[args.model],
         "dataset": args.dataset,
         "workload": args.workload,

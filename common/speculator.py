@@ -225,6 +225,19 @@ class Speculator:
             state.last_drafted, state.steps, state.last_tree = tree.num_drafted, state.steps + 1, tree
         return trees
 
+    @staticmethod
+    def _argmax_rows(spans: list[tuple[int, int]], logits: torch.Tensor) -> dict[int, list[int]]:
+        """start -> the argmax of logits rows start .. start + n - 1, for each (start, n): one
+        gather and one argmax over just those rows (the batch's other rows may be many)."""
+        if not spans:
+            return {}
+        index = torch.cat([torch.arange(s, s + n) for s, n in spans]).to(logits.device)
+        flat = logits.index_select(0, index).argmax(-1).tolist()
+        out, offset = {}, 0
+        for s, n in spans:
+            out[s], offset = flat[offset : offset + n], offset + n
+        return out
+
     @torch.no_grad()
     def verify(
         self, trees: list[DraftTree], logits: torch.Tensor, starts: list[int], checks: list[VerifyCheck]
@@ -234,13 +247,12 @@ class Speculator:
         the acceptance rule with its request's own generator. Entropies, for a policy that reads
         them: one batched pass."""
         acceptance = self.acceptance
-        vectorised = acceptance.lossless and any(c.params.greedy for c in checks)
-        best = logits.argmax(-1).tolist() if vectorised else None
+        greedy = [acceptance.lossless and c.params.greedy for c in checks]
+        best = self._argmax_rows([(s, t.num_nodes) for s, t, g in zip(starts, trees, greedy) if g], logits)
         results = []
-        for tree, start, check in zip(trees, starts, checks):
-            if vectorised and check.params.greedy:
-                assert best is not None  # computed whenever vectorised
-                results.append(greedy_walk_argmax(tree, best[start : start + tree.num_nodes]))
+        for tree, start, check, is_greedy in zip(trees, starts, checks, greedy):
+            if is_greedy:
+                results.append(greedy_walk_argmax(tree, best[start]))
             else:
                 rows = logits[start : start + tree.num_nodes].float()
                 results.append(

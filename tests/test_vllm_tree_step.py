@@ -3,7 +3,7 @@ tree entries and where their positions go, verification with each request's samp
 accepted path written into the sampler's output, and the accepted nodes' K/V moved behind the
 prefix in a paged cache."""
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
 import torch
@@ -65,6 +65,27 @@ def test_plan_tree_step_takes_registered_decodes_and_sets_depth_positions():
     assert (runner.positions[5:11] == -7).all() and (runner.positions[14:] == -7).all()  # untouched
     assert times.tree_steps == 1
     assert [e.req_id for e in step.branching] == ["a"]  # c is a chain: vLLM's rows are right
+
+
+@dataclass
+class CommonMetadata:  # the fields of vLLM's CommonAttentionMetadata the tree step reads
+    seq_lens: torch.Tensor
+    max_seq_len: int
+
+
+def test_skip_tree_rows_cuts_only_whole_branching_trees():
+    runner = runner_for_step()
+    tree_a_cut = DraftTree.from_parents([5, 1, 2], [-1, 0, 0])  # branching, but vLLM scheduled 4 drafts
+    seq_lens = torch.tensor([45, 6, 20, 12], dtype=torch.int32)
+    common = CommonMetadata(seq_lens, 45)
+    whole = plan_tree_step(runner, scheduler_output(), {"a": TREE_A, "c": TREE_C}, StepTimes())
+    cut = whole.skip_tree_rows(common)
+    assert cut.seq_lens.tolist() == [5, 6, 20, 12]  # a: its 5 rows; c (a chain) and the rest: vLLM's own
+    assert cut.max_seq_len == 45 and cut.seq_lens.dtype == torch.int32
+    assert seq_lens.tolist() == [45, 6, 20, 12]  # the runner's own tensor is left as it was
+    partial = plan_tree_step(runner, scheduler_output(), {"a": tree_a_cut, "c": TREE_C}, StepTimes())
+    assert partial.entries[0].n == 3 and partial.entries[0].scheduled == 5
+    assert partial.skip_tree_rows(common) is common  # rows past the tree: vLLM computes every row
 
 
 def test_plan_tree_step_skips_steps_without_trees():

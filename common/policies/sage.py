@@ -88,4 +88,6 @@ class SagePolicy:
 
     def observe(self, stats: StepStats) -> None:
         h = float(stats.target_entropy)
+        if math.isnan(h):  # no entropy was read for this step: the EMA stays as it was
+            return
         self.smoothed = h if self.smoothed is None else self.ema * h + (1 - self.ema) * self.smoothed

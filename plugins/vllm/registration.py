@@ -12,12 +12,12 @@ import logging
 
 import torch
 
-from sagespec.common.sampling import entropy
 from sagespec.plugins._hooks import Hook, Patches
 from sagespec.plugins._hooks import refusal_reason as engine_refusal
 
 from . import output_marks
 from .attention_saliency import ActiveSaliency, plan_saliency, record_attention
+from .bonus_entropy import KeptRows, logits_row_starts
 from .image_inputs import request_has_images, request_images
 from .options import ATTRIBUTE, OWNER, parse_sage_config
 from .step_view import build_step_view
@@ -43,6 +43,7 @@ SUPPORTED_VLLM = (*LANE_VLLM, *STATIC_VLLM)
 PROPOSER = "sagespec.plugins.vllm.proposer.SageProposer"
 RUNNER = "vllm.v1.worker.gpu_model_runner:GPUModelRunner"
 CPU_ATTENTION = "vllm.v1.attention.backends.cpu_attn:CPUAttentionBackendImpl"
+CPU_ATTENTION_METADATA = "vllm.v1.attention.backends.cpu_attn:CPUAttentionMetadataBuilder"
 CPU_WORKER = "vllm.v1.worker.cpu_worker:CPUWorker"
 ARGS = "vllm.engine.arg_utils:EngineArgs"
 
@@ -68,6 +69,7 @@ HOOKS = (
     Hook(f"{RUNNER}._setup_eagle3_aux_hidden_state_outputs"),
     Hook(f"{RUNNER}._prepare_inputs", params=("scheduler_output", "num_scheduled_tokens")),
     Hook(f"{CPU_ATTENTION}.forward", params=("layer", "query", "key", "value", "kv_cache", "attn_metadata", "output")),
+    Hook(f"{CPU_ATTENTION_METADATA}.build", params=("common_prefix_len", "common_attn_metadata")),
     Hook(
         "vllm._custom_ops:cpu_attn_reshape_and_cache",
         params=("key", "value", "key_cache", "value_cache", "slot_mapping", "isa"),
@@ -157,11 +159,14 @@ def _attention(original):
     return forward
 
 
-def row_entropies(proposer, logits: torch.Tensor) -> torch.Tensor:
-    """The target's entropy per logits row (CPU), or NaN where the policy does not read it."""
-    if not proposer.speculator.needs_entropy:
-        return torch.full((logits.shape[0],), float("nan"))
-    return entropy(logits).cpu()
+def _attention_metadata(original):
+    def build(self, common_prefix_len, common_attn_metadata, *args, **kwargs):
+        step = ActiveStep.current  # set by input preparation, which runs before metadata is built
+        if step is not None:
+            common_attn_metadata = step.skip_tree_rows(common_attn_metadata)
+        return original(self, common_prefix_len, common_attn_metadata, *args, **kwargs)
+
+    return build
 
 
 def _sample(original):
@@ -170,28 +175,30 @@ def _sample(original):
             return original(self, logits, spec_decode_metadata)
         proposer, (step, ActiveStep.current) = self.drafter, (ActiveStep.current, None)
         proposer.accepted = {}
-        # Entropies are read before sampling (samplers may scale logits in place), only for a
-        # policy that reads them and only where a request's next draft needs one: a tree's comes
-        # from its verified rows.
-        if step is None or spec_decode_metadata is None:
-            with proposer.times("verification"):
-                proposer.entropies = row_entropies(proposer, logits)
-            return original(self, logits, spec_decode_metadata)
-        with step.times("verification"):
-            cu = spec_decode_metadata.cu_num_sampled_tokens.cpu().tolist()
-            starts = {e.req_idx: cu[e.req_idx] - e.scheduled for e in step.entries}
-            verdicts = verify_trees(step, self, proposer.speculator, logits, starts, proposer.logits_hidden)
-            in_trees = set()
-            for e in step.entries:
-                in_trees.update(range(starts[e.req_idx], starts[e.req_idx] + e.scheduled))
-            others = [r for r in range(logits.shape[0]) if r not in in_trees]
-            proposer.entropies = torch.zeros(logits.shape[0])
-            if others:
-                proposer.entropies[others] = row_entropies(proposer, logits[others])
+        if spec_decode_metadata is None:
+            step = None  # nothing drafted this step: vLLM samples every request
+        num_reqs = self.input_batch.num_reqs
+        # Entropies, for a policy that reads them, only at each request's bonus row: our trees'
+        # from their verified rows; the rest from copies taken before vLLM's sampler (which may
+        # scale logits in place), reduced once it has said how many drafts it accepted.
+        with proposer.times("verification"):
+            row_starts = logits_row_starts(num_reqs, spec_decode_metadata)
+            verdicts, ours = [], set()
+            if step is not None:
+                starts = {e.req_idx: row_starts[e.req_idx] for e in step.entries}
+                verdicts = verify_trees(step, self, proposer.speculator, logits, starts, proposer.logits_hidden)
+                ours = set(starts)
+            kept = None
+            if proposer.speculator.needs_entropy:
+                kept = KeptRows.take(logits, row_starts, [i for i in range(num_reqs) if i not in ours])
         output = original(self, logits, spec_decode_metadata)  # the engine's own sampler: not ours
-        with step.times("verification"):
-            commit_verdicts(step, verdicts, output, proposer.entropies, starts)
-        proposer.accepted = {e.req_idx: e.accepted for e in step.entries}
+        with proposer.times("verification"):
+            proposer.entropies = torch.full((logits.shape[0],), float("nan"))
+            if kept is not None:
+                kept.fill_bonus_entropies(proposer.entropies, output.sampled_token_ids)
+            if step is not None:
+                commit_verdicts(step, verdicts, output, proposer.entropies, starts)
+                proposer.accepted = {e.req_idx: e.accepted for e in step.entries}
         return output
 
     return sample
@@ -289,6 +296,7 @@ def patches() -> Patches:
     p.add(ARGS, "create_speculative_config", _rewrite_config)
     p.add(RUNNER, "_prepare_inputs", _prepare)
     p.add(CPU_ATTENTION, "forward", _attention)
+    p.add(CPU_ATTENTION_METADATA, "build", _attention_metadata)
     p.add(RUNNER, "_sample", _sample)
     p.add(RUNNER, "propose_draft_token_ids", _propose)
     p.add(RUNNER, "_setup_eagle3_aux_hidden_state_outputs", _aux_layers)

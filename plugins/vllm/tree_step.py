@@ -4,8 +4,10 @@ The proposer hands vLLM each tree flattened in topological order (parents before
 vLLM schedules it as an ordinary list of speculative tokens with linear KV slots. For requests
 whose scheduled drafts are such a tree (`TreeEntry`), this module
   - gives the tree's tokens depth-based RoPE positions (slots stay linear),
-  - recomputes their attention rows with the tree mask, straight from the paged cache: one
-    `PagedTreeAttentionPlan` per step (indices and masks), one `run` per layer,
+  - computes their attention rows with the tree mask, straight from the paged cache: one
+    `PagedTreeAttentionPlan` per step (indices and masks), one `run` per layer; vLLM's own kernel
+    is told those requests' sequences are only as long as their scheduled rows
+    (`skip_tree_rows`), so their rows cost it next to nothing instead of being computed twice,
   - verifies the tree with the shared rules and writes the accepted path where vLLM expects its
     output (accepted tokens, then the bonus, padded with -1),
   - moves the accepted nodes' KV into the slots that follow the prefix in every layer, before the
@@ -16,6 +18,7 @@ tree that vLLM verifies as a chain is still exact: only its acceptance suffers.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -65,6 +68,19 @@ class TreeStep:
     def branching(self) -> list[TreeEntry]:
         """Entries whose tree is not a chain (a chain's rows are already right in vLLM's output)."""
         return [e for e in self.entries if e.n > e.tree.max_depth + 1]
+
+    def skip_tree_rows(self, common_attn_metadata):
+        """vLLM's attention metadata input with every branching tree's sequence cut to its own
+        scheduled rows: vLLM's kernel then gives row i of such a request the request's first i + 1
+        keys (written, finite, cheap) instead of the prefix, and `fix_attention_rows` writes every
+        one of those rows. Requests whose scheduled rows go past their tree keep vLLM's rows."""
+        wide = [e for e in self.branching if e.scheduled == e.n]
+        if not wide:
+            return common_attn_metadata
+        seq_lens = common_attn_metadata.seq_lens.clone()
+        for e in wide:
+            seq_lens[e.req_idx] = e.scheduled
+        return dataclasses.replace(common_attn_metadata, seq_lens=seq_lens)
 
     def plan_for(
         self, layout: BlockLayout, block_table: torch.Tensor, window: int | None
