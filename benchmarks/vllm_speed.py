@@ -134,9 +134,9 @@ def turns(model: Path, dataset: str, num_prompts: int, workload: str):
     ]
 
 
-def run(model: Path, spec, ids, max_tokens: int, batch: int, dtype: str, eager: bool, second=None) -> dict:
-    """`second`, for two-turn workloads, makes the second requests from the first ones' answers; they
-    run after all first requests, in the same engine."""
+def warm_engine(model: Path, spec, ids, max_tokens: int, batch: int, dtype: str, eager: bool):
+    """An in-process engine for one configuration, warmed up on the first prompt, and its greedy
+    sampling parameters (the same for every benchmark that times vLLM)."""
     from vllm import LLM, SamplingParams, TokensPrompt
 
     llm = LLM(
@@ -150,7 +150,16 @@ def run(model: Path, spec, ids, max_tokens: int, batch: int, dtype: str, eager: 
         enforce_eager=eager,
     )
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
-    llm.generate([TokensPrompt(prompt_token_ids=ids[0])], params, use_tqdm=False)  # warm-up
+    llm.generate([TokensPrompt(prompt_token_ids=ids[0])], params, use_tqdm=False)
+    return llm, params
+
+
+def run(model: Path, spec, ids, max_tokens: int, batch: int, dtype: str, eager: bool, second=None) -> dict:
+    """`second`, for two-turn workloads, makes the second requests from the first ones' answers; they
+    run after all first requests, in the same engine."""
+    from vllm import TokensPrompt
+
+    llm, params = warm_engine(model, spec, ids, max_tokens, batch, dtype, eager)
     before, times_before = spec_decode_counters(llm), sage_times(llm)
     tokens, per_prompt_seconds = [], []
     start = time.perf_counter()

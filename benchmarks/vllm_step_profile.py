@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vllm_speed import CONFIGS, sage_times, turns
+from vllm_speed import CONFIGS, sage_times, turns, warm_engine
 
 from sagespec.common.machine import machine_info
 from sagespec.plugins.transformers.model_loading import resolve_model_path
@@ -84,19 +84,9 @@ def top_functions(stats: pstats.Stats, key: int, n: int) -> list[dict]:
 
 
 def profile_one(model: Path, spec, ids, second, max_tokens: int, batch: int, dtype: str, eager: bool, torch_ops: bool):
-    from vllm import LLM, SamplingParams, TokensPrompt
+    from vllm import TokensPrompt
 
-    llm = LLM(
-        model=str(model),
-        dtype=dtype,
-        speculative_config=spec,
-        max_model_len=2048,
-        seed=0,
-        max_num_seqs=batch,
-        enforce_eager=eager,
-    )
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
-    llm.generate([TokensPrompt(prompt_token_ids=ids[0])], params, use_tqdm=False)  # warm-up
+    llm, params = warm_engine(model, spec, ids, max_tokens, batch, dtype, eager)
 
     def generate() -> int:
         tokens = []

@@ -13,25 +13,22 @@ import torch
 FEATURES = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 
 
-def cpu_flags() -> set[str]:
+def _cpuinfo_field(prefixes: tuple[str, ...]) -> str | None:
+    """The value of the first /proc/cpuinfo line starting with one of `prefixes`."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")):
-            return set(line.split(":", 1)[1].split())
-    return set()
+        return None
+    return next((line.split(":", 1)[1] for line in lines if line.startswith(prefixes)), None)
+
+
+def cpu_flags() -> set[str]:
+    return set((_cpuinfo_field(("flags", "Features")) or "").split())
 
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    name = _cpuinfo_field(("model name",))
+    return name.strip() if name else platform.processor() or platform.machine()
 
 
 def machine_info() -> dict:

@@ -9,16 +9,22 @@ from sagespec.common.sampling import entropy
 from sagespec.plugins.vllm.bonus_entropy import KeptRows, logits_row_starts
 
 
+def drafted(num_draft_tokens):
+    """vLLM's SpecDecodeMetadata fields the row starts read."""
+    sampled = torch.tensor(num_draft_tokens) + 1
+    return SimpleNamespace(num_draft_tokens=num_draft_tokens, cu_num_sampled_tokens=torch.cumsum(sampled, 0))
+
+
 def test_row_starts_follow_the_drafts_of_each_request():
     assert logits_row_starts(3, None) == [0, 1, 2, 3]
-    assert logits_row_starts(3, SimpleNamespace(num_draft_tokens=[2, 0, 4])) == [0, 3, 4, 9]
+    assert logits_row_starts(3, drafted([2, 0, 4])) == [0, 3, 4, 9]
 
 
 def test_bonus_rows_only_and_copies_taken_before_sampling():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(9, 50, generator=g) * 3
     expected = entropy(logits)
-    starts = logits_row_starts(3, SimpleNamespace(num_draft_tokens=[2, 0, 4]))
+    starts = logits_row_starts(3, drafted([2, 0, 4]))
     kept = KeptRows.take(logits, starts, [0, 2])  # request 1 is verified elsewhere
     logits.mul_(0.0)  # the sampler may scale logits in place
     # request 0 emitted 2 tokens (bonus at its row 1), request 2 emitted all 5 (bonus at row 4)

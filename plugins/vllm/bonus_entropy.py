@@ -19,14 +19,10 @@ from sagespec.common.sampling import entropy
 
 def logits_row_starts(num_reqs: int, spec_decode_metadata) -> list[int]:
     """The first logits row of each request, and the end (num_reqs + 1 entries): one row per
-    request without drafts, drafts + 1 with them."""
+    request without drafts, drafts + 1 with them (vLLM's own cumulative count)."""
     if spec_decode_metadata is None:
         return list(range(num_reqs + 1))
-    counts = [n + 1 for n in spec_decode_metadata.num_draft_tokens[:num_reqs]]
-    starts = [0]
-    for c in counts:
-        starts.append(starts[-1] + c)
-    return starts
+    return [0, *spec_decode_metadata.cu_num_sampled_tokens[:num_reqs].tolist()]
 
 
 @dataclass
