@@ -37,8 +37,9 @@ def main() -> None:
         model.config.num_hidden_layers,
     )
     out = ASSETS / args.name
-    head.to(torch.bfloat16).save(out)
+    before = json.loads((out / "MANIFEST.json").read_text()) if (out / "MANIFEST.json").is_file() else {}
     log = json.loads((Path(args.head) / "training_log.json").read_text())
+    head.to(torch.bfloat16).save(out)
     history = log["history"]
     stride = max(1, len(history) // 40)
     manifest = {
@@ -51,13 +52,24 @@ def main() -> None:
         "tokens_seen": log["tokens_seen"],
         "optimizer_steps": log["step"],
         "training_minutes": round(log["seconds"] / 60, 1),
-        "curve": [
-            {"tokens": t, "loss": round(loss, 4), "step0_agreement": round(a, 4)} for t, loss, a in history[::stride]
-        ],
+        # Earlier shipped curves first: a head resumed from a shipped one logs only its own steps.
+        "curve": [c for c in before.get("curve", []) if not history or c["tokens"] < history[0][0]]
+        + [{"tokens": t, "loss": round(loss, 4), "step0_agreement": round(a, 4)} for t, loss, a in history[::stride]],
         "acceptance": [json.loads(Path(f).read_text()) for f in args.acceptance],
+        # Every shipped head's held-out measurements, oldest first: what each session's training
+        # added (tokens seen, minutes, loss, offline tau on MT-Bench and HumanEval, machine).
+        "history": merged_history(before.get("history", []), log.get("evals", []), args.data),
     }
+    if before.get("data") and before["data"] != args.data:
+        manifest["data"] = f"{before['data']} Then: {args.data}"
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
     print(f"shipped {out} ({manifest['bytes'] / 1e6:.1f} MB)")
+
+
+def merged_history(before: list[dict], evals: list[dict], data: str) -> list[dict]:
+    """The earlier manifest's history plus this run's checkpoint evaluations past its last tokens."""
+    last = max((row["tokens_seen"] for row in before), default=-1)
+    return before + [{**row, "data": data} for row in evals if row["tokens_seen"] > last]
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ def run_cli(*args):
         (["bench", "--dataset", "mt-bench", "ngram:fancy"], "policy 'fancy'"),
         (["generate", "--prompt", "x", "--drafter", "draft_model", "--model", "{tmp}"], "config.json"),
         (["train-drafter", "--out", "{tmp}"], "needs a budget"),
+        (["train-drafter", "--out", "{tmp}", "--max-tokens", "9", "--answers", "{tmp}"], "no shard-*.jsonl answers"),
+        (["train-drafter", "--out", "{tmp}", "--max-tokens", "9", "--held-out", "{tmp}"], "goes with --answers"),
         (
             ["generate", "--prompt", "x", "--drafter", "self", "--self-levels", "0.5,1.5"],
             "each share must lie in (0, 1)",

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +41,15 @@ class FeatureSet:
     def load(cls, path: str | Path) -> FeatureSet:
         return cls(**torch.load(path))
 
+    def batches(self, cfg: TrainConfig, gen: torch.Generator) -> Iterator[tuple[FeatureSet, torch.Tensor]]:
+        """Endless random batches of cfg.batch_size sequences (a fresh shuffle whenever fewer remain)."""
+        order = torch.empty(0, dtype=torch.long)
+        while True:
+            if order.numel() < cfg.batch_size:
+                order = torch.randperm(len(self), generator=gen)
+            batch, order = order[: cfg.batch_size], order[cfg.batch_size :]
+            yield self, batch
+
 
 @dataclass
 class TrainConfig:
@@ -53,6 +63,24 @@ class TrainConfig:
     checkpoint_minutes: float = 5.0
     seed: int = 0
     adaspec_top: float | None = None  # AdaSPEC: train only on this top fraction of KL gap
+    warmup_steps: int = 0  # linear warm-up from 0 (a fresh optimizer on a trained head needs a few)
+    schedule: str = "constant"  # or "cosine": lr -> lr * min_lr_ratio over schedule_tokens
+    schedule_tokens: int | None = None  # tokens of this phase the cosine spans (default max_tokens)
+    min_lr_ratio: float = 0.1
+    batch_tokens: int = 2048  # padded tokens a batch, for sources batched by length (shards)
+
+    def lr_at(self, step_in_phase: int, tokens_in_phase: int) -> float:
+        warm = min(1.0, (step_in_phase + 1) / self.warmup_steps) if self.warmup_steps else 1.0
+        if self.schedule == "constant":
+            return self.lr * warm
+        if self.schedule != "cosine":
+            raise ValueError(f"schedule {self.schedule!r} is unknown; allowed: constant, cosine")
+        span = self.schedule_tokens or self.max_tokens
+        if not span:
+            raise ValueError("a cosine schedule needs schedule_tokens or max_tokens")
+        frac = min(1.0, tokens_in_phase / span)
+        floor = self.min_lr_ratio
+        return self.lr * warm * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
 @dataclass
@@ -61,6 +89,10 @@ class TrainState:
     tokens_seen: int = 0
     seconds: float = 0.0
     history: list[tuple[int, float, float]] = field(default_factory=list)  # (tokens_seen, loss, step-0 agreement)
+    phase_start_step: int = 0  # where this run's schedule started (a resumed run keeps it)
+    phase_start_tokens: int = 0
+    phase_start_seconds: float = 0.0
+    evals: list[dict] = field(default_factory=list)  # held-out measurements at checkpoints
 
 
 def batch_tensors(
@@ -106,50 +138,66 @@ def adaspec_weights(
         return w
 
 
+def budget_spent(cfg: TrainConfig, state: TrainState, start: float, elapsed_before: float) -> bool:
+    """The token or time budget is spent; `elapsed_before` seconds were spent before `start`.
+    Budgets count this phase's tokens and minutes when the run resumed a shipped head."""
+    minutes = (elapsed_before + time.perf_counter() - start - state.phase_start_seconds) / 60
+    return (cfg.max_tokens is not None and state.tokens_seen - state.phase_start_tokens >= cfg.max_tokens) or (
+        cfg.max_minutes is not None and minutes >= cfg.max_minutes
+    )
+
+
 def budget_batches(
     num_items: int, cfg: TrainConfig, state: TrainState, gen: torch.Generator, start: float, elapsed_before: float
 ) -> Iterator[torch.Tensor]:
     """Batches of item indices (a fresh shuffle whenever fewer than a batch remain) until the
-    token or time budget is spent; `elapsed_before` seconds were spent before `start`."""
+    token or time budget is spent."""
     order = torch.empty(0, dtype=torch.long)
-    while True:
-        minutes = (elapsed_before + time.perf_counter() - start) / 60
-        if (cfg.max_tokens is not None and state.tokens_seen >= cfg.max_tokens) or (
-            cfg.max_minutes is not None and minutes >= cfg.max_minutes
-        ):
-            return
+    while not budget_spent(cfg, state, start, elapsed_before):
         if order.numel() < cfg.batch_size:
             order = torch.randperm(num_items, generator=gen)
         batch, order = order[: cfg.batch_size], order[cfg.batch_size :]
         yield batch
 
 
+class BatchSource(Protocol):
+    def batches(self, cfg: TrainConfig, gen: torch.Generator) -> Iterator[tuple[FeatureSet, torch.Tensor]]: ...
+
+
 def train_eagle_head(
     head: EagleHead,
-    data: FeatureSet,
+    data: BatchSource,
     w_draft: torch.Tensor,
     out_dir: str | Path,
     cfg: TrainConfig,
     reference: EagleHead | None = None,
     progress: bool = True,
     log: Callable[[str], object] = print,
+    start_state: TrainState | None = None,
+    evaluate: Callable[[EagleHead], dict] | None = None,
 ) -> TrainState:
-    """Trains in place; resumes from out_dir's trainer state when present. Saves the head
-    (config.json + model.safetensors) and the trainer state at each checkpoint and at the end."""
+    """Trains in place; resumes from out_dir's trainer state when present, else starts at
+    `start_state` (a shipped head's recorded step and tokens; budgets and the schedule count from
+    there). Saves the head (config.json + model.safetensors) and the trainer state at each
+    checkpoint and at the end; `evaluate` (held-out acceptance) runs at each and is kept in
+    `state.evals` with the tokens, minutes and mean recent loss."""
     from tqdm import tqdm
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    state = TrainState()
+    state = TrainState() if start_state is None else start_state
+    state.phase_start_step, state.phase_start_tokens, state.phase_start_seconds = (
+        state.step,
+        state.tokens_seen,
+        state.seconds,
+    )
     gen = torch.Generator().manual_seed(cfg.seed)
     if (out_dir / STATE_NAME).is_file():
         saved = torch.load(out_dir / STATE_NAME, weights_only=False)
         head.load_state_dict(saved["head"])
         opt.load_state_dict(saved["optimizer"])
-        for group in opt.param_groups:  # the configured rate holds for a resumed run too (fine-tuning)
-            group["lr"] = cfg.lr
         state = TrainState(**saved["state"])
         gen.set_state(saved["generator"])
         log(f"resumed at step {state.step}, {state.tokens_seen} tokens seen")
@@ -158,13 +206,30 @@ def train_eagle_head(
     head.train()
     start, last_ckpt = time.perf_counter(), time.perf_counter()
     elapsed0 = state.seconds
-    bar = tqdm(total=cfg.max_tokens, initial=state.tokens_seen, unit="tok", disable=not progress, desc="train-drafter")
-    for idx in budget_batches(len(data), cfg, state, gen, start, elapsed0):
-        feats, tokens, target_logits, valid = batch_tensors(data, idx, w_draft, cfg.steps)
+    total = None if cfg.max_tokens is None else state.phase_start_tokens + cfg.max_tokens
+    bar = tqdm(total=total, initial=state.tokens_seen, unit="tok", disable=not progress, desc="train-drafter")
+    batches = data.batches(cfg, gen)
+
+    def checkpoint() -> None:
+        state.seconds = elapsed0 + time.perf_counter() - start
+        if evaluate is not None:
+            recent = [loss for _, loss, _ in state.history[-50:]]
+            row = {"tokens_seen": state.tokens_seen, "step": state.step, "minutes": round(state.seconds / 60, 1)}
+            row["loss"] = round(sum(recent) / max(len(recent), 1), 4)
+            state.evals.append({**row, **evaluate(head)})
+            log(json.dumps(state.evals[-1]))
+            head.train()
+        save_checkpoint(head, opt, state, gen, out_dir)
+
+    while not budget_spent(cfg, state, start, elapsed0):
+        batch_data, idx = next(batches)
+        feats, tokens, target_logits, valid = batch_tensors(batch_data, idx, w_draft, cfg.steps)
         weights: torch.Tensor | None = None
         if cfg.adaspec_top is not None:
             assert reference is not None  # checked before the loop
             weights = adaspec_weights(head, reference, feats, tokens, target_logits, valid, cfg.adaspec_top)
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr_at(state.step - state.phase_start_step, state.tokens_seen - state.phase_start_tokens)
         loss, accs = ttt_loss(head, head.fuse(feats), tokens, target_logits, valid, cfg.steps, cfg.decay, weights)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -177,12 +242,10 @@ def train_eagle_head(
         bar.update(n_tok)
         bar.set_postfix(loss=f"{float(loss.detach()):.3f}", acc0=f"{accs[0]:.2f}", acc_last=f"{accs[-1]:.2f}")
         if time.perf_counter() - last_ckpt >= cfg.checkpoint_minutes * 60:
-            state.seconds = elapsed0 + time.perf_counter() - start
-            save_checkpoint(head, opt, state, gen, out_dir)
+            checkpoint()
             last_ckpt = time.perf_counter()
     bar.close()
-    state.seconds = elapsed0 + time.perf_counter() - start
-    save_checkpoint(head, opt, state, gen, out_dir)
+    checkpoint()
     head.eval()
     return state
 

@@ -12,6 +12,7 @@ from sagespec.common.drafters import VISION_PRESETS, EagleHead, EagleHeadConfig
 from sagespec.common.params import ConfigError
 from sagespec.common.training.eagle_trainer import STATE_NAME, TrainConfig, train_eagle_head
 from sagespec.plugins.transformers.cli.train_medusa import add_medusa_arguments, run_medusa
+from sagespec.plugins.transformers.cli.train_shards import add_shard_arguments, run_shards
 from sagespec.plugins.transformers.cli.train_vision import add_vision_arguments, run_vision
 from sagespec.plugins.transformers.data.drafter_data import (
     cached_features,
@@ -61,6 +62,7 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", type=int, default=None)
     add_vision_arguments(p)
     add_medusa_arguments(p)
+    add_shard_arguments(p)
 
 
 def default_layers(num_layers: int) -> tuple[int, int, int]:
@@ -80,6 +82,10 @@ def run(args) -> int:
         return run_medusa(args)
     if args.drafter != "eagle":
         return run_vision(args)
+    if args.answers:
+        return run_shards(args)
+    if args.held_out:
+        raise ConfigError("--held-out goes with --answers (training on engine-made answers)")
     torch.manual_seed(args.seed)
     model, tok = load_model(args.model, args.dtype)
     if tok is None:
