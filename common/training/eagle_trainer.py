@@ -42,13 +42,19 @@ class FeatureSet:
         return cls(**torch.load(path))
 
     def batches(self, cfg: TrainConfig, gen: torch.Generator) -> Iterator[tuple[FeatureSet, torch.Tensor]]:
-        """Endless random batches of cfg.batch_size sequences (a fresh shuffle whenever fewer remain)."""
-        order = torch.empty(0, dtype=torch.long)
-        while True:
-            if order.numel() < cfg.batch_size:
-                order = torch.randperm(len(self), generator=gen)
-            batch, order = order[: cfg.batch_size], order[cfg.batch_size :]
+        """Endless random batches of cfg.batch_size sequences."""
+        for batch in shuffled_batches(len(self), cfg.batch_size, gen):
             yield self, batch
+
+
+def shuffled_batches(num_items: int, batch_size: int, gen: torch.Generator) -> Iterator[torch.Tensor]:
+    """Endless batches of item indices, a fresh shuffle whenever fewer than a batch remain."""
+    order = torch.empty(0, dtype=torch.long)
+    while True:
+        if order.numel() < batch_size:
+            order = torch.randperm(num_items, generator=gen)
+        batch, order = order[:batch_size], order[batch_size:]
+        yield batch
 
 
 @dataclass
@@ -150,14 +156,11 @@ def budget_spent(cfg: TrainConfig, state: TrainState, start: float, elapsed_befo
 def budget_batches(
     num_items: int, cfg: TrainConfig, state: TrainState, gen: torch.Generator, start: float, elapsed_before: float
 ) -> Iterator[torch.Tensor]:
-    """Batches of item indices (a fresh shuffle whenever fewer than a batch remain) until the
-    token or time budget is spent."""
-    order = torch.empty(0, dtype=torch.long)
+    """shuffled_batches until the token or time budget is spent (checked before each draw, so the
+    generator's saved state is the one after the last batch trained on)."""
+    batches = shuffled_batches(num_items, cfg.batch_size, gen)
     while not budget_spent(cfg, state, start, elapsed_before):
-        if order.numel() < cfg.batch_size:
-            order = torch.randperm(num_items, generator=gen)
-        batch, order = order[: cfg.batch_size], order[cfg.batch_size :]
-        yield batch
+        yield next(batches)
 
 
 class BatchSource(Protocol):

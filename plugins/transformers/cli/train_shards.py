@@ -100,7 +100,8 @@ def run_shards(args) -> int:
     features = build_feature_shards(
         model, answers, answers / "features", layers, args.seq_len, limit=args.feature_shards
     )
-    paths = [answers / "features" / s["file"] for s in features["shards"][: args.feature_shards] if s["file"]]
+    used = [s for s in features["shards"][: args.feature_shards] if s["file"]]  # shards with answers to train on
+    paths = [answers / "features" / s["file"] for s in used]
     held = held_out_features(model, Path(args.held_out), layers, HELD_OUT_SEQ_LEN) if args.held_out else {}
     machine = machine_info()["cpu"]
 
@@ -131,7 +132,7 @@ def run_shards(args) -> int:
         "out": str(out),
         "started_from": origin,
         "feature_shards": len(paths),
-        "positions": sum(s["positions"] for s in features["shards"][: len(paths)]),
+        "positions": sum(s["positions"] for s in used),
         "steps": state.step,
         "tokens_seen": state.tokens_seen,
         "minutes": round(state.seconds / 60, 2),
