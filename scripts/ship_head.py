@@ -2,7 +2,7 @@
 measured acceptance).
 
     .venv/bin/python scripts/ship_head.py --head DIR --name smollm2-eagle3 --acceptance FILE.json \\
-        --data "ShareGPT, 1200 conversations x 256 tokens"
+        --data "ShareGPT, 1200 conversations x 256 tokens" [--answers .train/answers]
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ def main() -> None:
     p.add_argument("--model", default="smollm2")
     p.add_argument("--acceptance", nargs="*", default=[], help="JSON files from benchmarks/drafter_acceptance.py")
     p.add_argument("--data", required=True, help="what the head was trained on")
+    p.add_argument(
+        "--answers",
+        help="the training answers folder (make_training_answers.py): records where the next session's prompts start",
+    )
     args = p.parse_args()
     model, _ = load_model(args.model, "float32")
     head = EagleHead.load(
@@ -60,6 +64,13 @@ def main() -> None:
         # added (tokens seen, minutes, loss, offline tau on MT-Bench and HumanEval, machine).
         "history": merged_history(before.get("history", []), log.get("evals", []), args.data),
     }
+    # The corpus index the next session's answers start from (make_training_answers.py --start).
+    next_prompt = before.get("next_training_prompt", 0)
+    if args.answers:
+        answered = json.loads((Path(args.answers) / "manifest.json").read_text())
+        next_prompt = max(next_prompt, answered.get("next_training_prompt", 0))
+    if next_prompt:
+        manifest["next_training_prompt"] = next_prompt
     if before.get("data") and before["data"] != args.data:
         manifest["data"] = f"{before['data']} Then: {args.data}"
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")

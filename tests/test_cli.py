@@ -41,6 +41,15 @@ def run_cli(*args):
         (["train-drafter", "--out", "{tmp}", "--max-tokens", "9", "--answers", "{tmp}"], "no shard-*.jsonl answers"),
         (["train-drafter", "--out", "{tmp}", "--max-tokens", "9", "--held-out", "{tmp}"], "goes with --answers"),
         (
+            ["train-drafter", "--out", "{tmp}", "--max-tokens", "9", "--resize-draft-vocab", "8"],
+            "--resize-draft-vocab goes with --answers",
+        ),
+        (["train-drafter", "--out", "{tmp}", "--max-tokens", "9", "--train-dtype", "bfloat16"], "--train-dtype goes"),
+        (
+            ["train-drafter", "--out", "{tmp}", "--max-tokens", "9", "--drafter", "medusa", "--answers", "{tmp}"],
+            "--answers trains an eagle head",
+        ),
+        (
             ["generate", "--prompt", "x", "--drafter", "self", "--self-levels", "0.5,1.5"],
             "each share must lie in (0, 1)",
         ),

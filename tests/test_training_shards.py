@@ -3,6 +3,7 @@ feature shards round-trip, length buckets cover every sequence once, offline cha
 real greedy chain decoding run, and the trainer's schedule, start state and checkpoint evals."""
 
 import copy
+import json
 import math
 
 import torch
@@ -13,6 +14,7 @@ from sagespec.common.datasets import load_user_turns
 from sagespec.common.drafters import EagleDrafter
 from sagespec.common.policies import ChainPolicy
 from sagespec.common.training.corpus import HELD_OUT_SHAREGPT, _normalise, training_prompts
+from sagespec.common.training.draft_vocab import answer_token_counts, coverage, most_frequent, resize_draft_vocab
 from sagespec.common.training.eagle_trainer import FeatureSet, TrainConfig, TrainState, train_eagle_head
 from sagespec.common.training.feature_shards import PackedFeatures, ShardSet, length_buckets
 from sagespec.common.training.offline_acceptance import offline_chain_tau
@@ -176,3 +178,72 @@ def test_start_state_minutes_budget_counts_this_phase(tmp_path):
         start_state=start,
     )
     assert state.step > 10 and 54 * 60.0 + 2 < state.seconds < 54 * 60.0 + 30
+
+
+def test_bf16_compute_trains_with_fp32_weights_and_tracks_fp32_loss(tmp_path):
+    """compute_dtype="bfloat16" runs the head's matmuls under autocast: weights and optimizer stay
+    fp32, and the training loss falls as the fp32 run's does (within bf16 rounding)."""
+    target = tiny_llama(seed=0)
+    packed = PackedFeatures.pack([self_distillation_set(target, n=8)], [4] * 8)
+    packed.save(tmp_path / "f.pt")
+    runs = {}
+    for dtype in ("float32", "bfloat16"):
+        torch.manual_seed(0)
+        head = make_head(target).float()
+        state = train_eagle_head(
+            head,
+            ShardSet([tmp_path / "f.pt"]),
+            target.lm_head.weight.detach(),
+            tmp_path / dtype,
+            TrainConfig(steps=2, lr=3e-3, max_tokens=3000, batch_tokens=160, compute_dtype=dtype),
+            progress=False,
+            log=lambda m: None,
+        )
+        assert all(p.dtype == torch.float32 for p in head.parameters())
+        losses = [loss for _, loss, _ in state.history]
+        runs[dtype] = (sum(losses[:3]) / 3, sum(losses[-3:]) / 3)
+    for first, last in runs.values():
+        assert last < 0.9 * first
+    assert math.isclose(runs["bfloat16"][1], runs["float32"][1], rel_tol=0.1)
+
+
+def test_resize_draft_vocab_keeps_trained_rows_and_starts_new_ones_at_the_target(tmp_path):
+    target = tiny_llama(seed=0)
+    head = make_head(target, vocab=40).float()
+    with torch.no_grad():
+        head.d2t.copy_(torch.arange(0, 80, 2))  # drafts the even ids 0..78
+    counts = torch.zeros(96, dtype=torch.long)
+    counts[torch.arange(0, 96, 3)] = torch.arange(32, 0, -1)  # ids 0, 3, ..., 93; lower ids more frequent
+    d2t = most_frequent(counts, 20)
+    assert d2t.tolist() == list(range(0, 60, 3))
+    assert math.isclose(coverage(counts, d2t), sum(range(13, 33)) / sum(range(1, 33)))
+    assert math.isclose(
+        coverage(counts, head.d2t),
+        sum(32 - i for i in range(0, 32) if 3 * i % 2 == 0 and 3 * i < 80) / sum(range(1, 33)),
+    )
+    new = resize_draft_vocab(head, d2t)
+    assert new.config.draft_vocab_size == 20 and new.d2t.tolist() == d2t.tolist()
+    old_row = {t: r for r, t in enumerate(head.d2t.tolist())}
+    for r, t in enumerate(d2t.tolist()):
+        want = head.lm_head.weight[old_row[t]] if t in old_row else target.lm_head.weight[t].float()
+        assert torch.equal(new.lm_head.weight[r], want)
+    hidden = torch.randn(3, head.config.hidden_size)
+    kept = [r for r, t in enumerate(d2t.tolist()) if t in old_row]
+    assert torch.allclose(
+        new.draft_logits(hidden)[:, kept], head.draft_logits(hidden)[:, [old_row[d2t[r].item()] for r in kept]]
+    )
+    for name, p in head.state_dict().items():
+        if name not in ("lm_head.weight", "d2t"):
+            assert torch.equal(new.state_dict()[name], p)
+    new.save(tmp_path / "resized")  # loads back with its new size
+    back = type(head).load(
+        tmp_path / "resized", target.model.embed_tokens.weight, target.lm_head.weight, target.config.num_hidden_layers
+    )
+    assert back.config.draft_vocab_size == 20
+
+
+def test_answer_token_counts_reads_each_shards_answers(tmp_path):
+    rows = [{"id": "a", "prompt": [1, 1], "answer": [2, 3, 3]}, {"id": "b", "prompt": [5], "answer": [3, 7]}]
+    (tmp_path / "shard-00000.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    counts = answer_token_counts(tmp_path, 10)
+    assert counts.tolist() == [0, 0, 1, 3, 0, 0, 0, 1, 0, 0]

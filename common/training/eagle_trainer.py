@@ -74,6 +74,7 @@ class TrainConfig:
     schedule_tokens: int | None = None  # tokens of this phase the cosine spans (default max_tokens)
     min_lr_ratio: float = 0.1
     batch_tokens: int = 2048  # padded tokens a batch, for sources batched by length (shards)
+    compute_dtype: str = "float32"  # "bfloat16": matmuls under CPU autocast, fp32 weights and optimizer
 
     def lr_at(self, step_in_phase: int, tokens_in_phase: int) -> float:
         warm = min(1.0, (step_in_phase + 1) / self.warmup_steps) if self.warmup_steps else 1.0
@@ -233,7 +234,8 @@ def train_eagle_head(
             weights = adaspec_weights(head, reference, feats, tokens, target_logits, valid, cfg.adaspec_top)
         for group in opt.param_groups:
             group["lr"] = cfg.lr_at(state.step - state.phase_start_step, state.tokens_seen - state.phase_start_tokens)
-        loss, accs = ttt_loss(head, head.fuse(feats), tokens, target_logits, valid, cfg.steps, cfg.decay, weights)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.compute_dtype == "bfloat16"):
+            loss, accs = ttt_loss(head, head.fuse(feats), tokens, target_logits, valid, cfg.steps, cfg.decay, weights)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

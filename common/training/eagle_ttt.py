@@ -91,7 +91,7 @@ def ttt_loss(
     total: torch.Tensor | float = 0.0
     accs: list[float] = []
     for j, h in enumerate(outs):
-        logq = F.log_softmax(head.draft_logits(h), -1)
+        logq = F.log_softmax(head.draft_logits(h).float(), -1)  # fp32 even under autocast
         tgt = target_logits[:, j : j + t_len].float()
         p = F.softmax(tgt, -1)
         real = valid[:, j : j + t_len].float()

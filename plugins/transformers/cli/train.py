@@ -78,14 +78,20 @@ def training_sequences(args, model, tok) -> list[list[int]]:
 def run(args) -> int:
     if args.max_tokens is None and args.max_minutes is None:
         raise ConfigError("train-drafter needs a budget: --max-tokens N and/or --max-minutes M")
+    if args.answers and args.drafter != "eagle":
+        raise ConfigError(f"--answers trains an eagle head; --drafter {args.drafter} trains on its own data")
+    if not args.answers:
+        shard_only = {"--held-out": args.held_out, "--resize-draft-vocab": args.resize_draft_vocab}
+        shard_only["--train-dtype"] = None if args.train_dtype == "float32" else args.train_dtype
+        for flag, value in shard_only.items():
+            if value is not None:
+                raise ConfigError(f"{flag} goes with --answers (training on engine-made answers)")
     if args.drafter == "medusa":
         return run_medusa(args)
     if args.drafter != "eagle":
         return run_vision(args)
     if args.answers:
         return run_shards(args)
-    if args.held_out:
-        raise ConfigError("--held-out goes with --answers (training on engine-made answers)")
     torch.manual_seed(args.seed)
     model, tok = load_model(args.model, args.dtype)
     if tok is None:

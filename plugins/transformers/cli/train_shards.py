@@ -19,6 +19,7 @@ from sagespec.common.drafters import EagleHead
 from sagespec.common.machine import machine_info
 from sagespec.common.params import ConfigError, check_int
 from sagespec.common.shipped import shipped_head
+from sagespec.common.training.draft_vocab import answer_token_counts, coverage, most_frequent, resize_draft_vocab
 from sagespec.common.training.eagle_trainer import STATE_NAME, TrainConfig, TrainState, train_eagle_head
 from sagespec.common.training.feature_shards import PackedFeatures, ShardSet
 from sagespec.common.training.offline_acceptance import offline_chain_tau
@@ -38,6 +39,19 @@ def add_shard_arguments(p) -> None:
     p.add_argument("--schedule", default="constant", choices=["constant", "cosine"])
     p.add_argument("--schedule-tokens", type=int, default=None, help="tokens the cosine spans (default --max-tokens)")
     p.add_argument("--warmup-steps", type=int, default=0)
+    p.add_argument(
+        "--resize-draft-vocab",
+        type=int,
+        default=None,
+        help="starting from the shipped head: draft over the K most frequent tokens of --answers' answers "
+        "(kept output rows stay, new ones start as the target's)",
+    )
+    p.add_argument(
+        "--train-dtype",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="bfloat16: the head's matmuls under CPU autocast (weights and optimizer stay fp32); for CPUs with bf16 units",
+    )
 
 
 def held_out_features(model, folder: Path, layers, seq_len: int) -> dict[str, PackedFeatures]:
@@ -66,6 +80,32 @@ def start_from_shipped(model_name: str, embed, lm_head, num_layers: int) -> tupl
     return head, state, manifest
 
 
+def resized(head: EagleHead, answers: Path, size: int, origin: str, held_out: str | None) -> tuple[EagleHead, dict]:
+    """The head over the `size` most frequent answer tokens, and the coverage before and after (of
+    the training answers and of each held-out set's)."""
+    current = head.config.draft_vocab_size
+    if origin == "checkpoint":
+        if current != size:
+            raise ConfigError(
+                f"--resize-draft-vocab {size}: the checkpoint being resumed drafts over {current} tokens; "
+                "resize only when starting from the shipped head (another --out)"
+            )
+        return head, {}
+    vocab = head.config.vocab_size
+    counts = {"train": answer_token_counts(answers, vocab)}
+    if held_out:
+        counts.update({name: answer_token_counts(Path(held_out) / name, vocab) for name in HELD_OUT_SETS})
+    d2t = most_frequent(counts["train"], size)
+    new = resize_draft_vocab(head, d2t)
+    report = {
+        "draft_vocab": {"before": current, "after": size},
+        "coverage_before": {k: round(coverage(c, head.d2t), 4) for k, c in counts.items()},
+        "coverage_after": {k: round(coverage(c, d2t), 4) for k, c in counts.items()},
+    }
+    print(json.dumps(report), flush=True)
+    return new, report
+
+
 def check_shard_arguments(args) -> None:
     answers = Path(args.answers)
     if not any(answers.glob("shard-*.jsonl")):
@@ -76,6 +116,8 @@ def check_shard_arguments(args) -> None:
     check_int("--warmup-steps", "steps", args.warmup_steps, 0, 1 << 30)
     if args.feature_shards is not None:
         check_int("--feature-shards", "shards", args.feature_shards, 1, 1 << 20)
+    if args.resize_draft_vocab is not None:
+        check_int("--resize-draft-vocab", "draft tokens", args.resize_draft_vocab, 1, 1 << 20)
     if args.schedule == "cosine" and not (args.schedule_tokens or args.max_tokens):
         raise ConfigError("--schedule cosine needs --schedule-tokens N or --max-tokens N (the tokens it spans)")
 
@@ -93,16 +135,21 @@ def run_shards(args) -> int:
     else:
         head, start_state, manifest = start_from_shipped(args.model, embed, lm_head, cfg.num_hidden_layers)
         origin = f"shipped head {manifest['name']} (sha256 {manifest['sha256'][:12]})"
+    answers = Path(args.answers)
+    vocab_report = {}
+    if args.resize_draft_vocab is not None:
+        head, vocab_report = resized(head, answers, args.resize_draft_vocab, origin, args.held_out)
     layers = tuple(head.config.target_layer_ids)
     if args.layers and tuple(int(x) for x in args.layers.split(",")) != layers:
         raise ConfigError(f"--layers {args.layers}: the head being trained reads layers {list(layers)}")
-    answers = Path(args.answers)
     features = build_feature_shards(
         model, answers, answers / "features", layers, args.seq_len, limit=args.feature_shards
     )
     used = [s for s in features["shards"][: args.feature_shards] if s["file"]]  # shards with answers to train on
     paths = [answers / "features" / s["file"] for s in used]
-    held = held_out_features(model, Path(args.held_out), layers, HELD_OUT_SEQ_LEN) if args.held_out else {}
+    # Held-out features always come from the fp32 target: offline tau is the fp32 acceptance figure.
+    fp32_model = model if args.dtype == "float32" else load_model(args.model, "float32")[0]
+    held = held_out_features(fp32_model, Path(args.held_out), layers, HELD_OUT_SEQ_LEN) if args.held_out else {}
     machine = machine_info()["cpu"]
 
     def evaluate(h: EagleHead) -> dict:
@@ -121,6 +168,7 @@ def run_shards(args) -> int:
         schedule=args.schedule,
         schedule_tokens=args.schedule_tokens,
         batch_tokens=args.batch_tokens,
+        compute_dtype=args.train_dtype,
     )
     head = head.float()
     if start_state is not None and held:  # the starting point, for the history
@@ -137,6 +185,7 @@ def run_shards(args) -> int:
         "tokens_seen": state.tokens_seen,
         "minutes": round(state.seconds / 60, 2),
         "evals": state.evals[-3:],
+        **vocab_report,
     }
     print(json.dumps(summary))
     return 0

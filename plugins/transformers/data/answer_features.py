@@ -37,15 +37,14 @@ def build_feature_shards(
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"shards": []}
-    fixed = {"answers": str(answers), "layers": list(layer_ids), "seq_len": seq_len}
+    target_dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    fixed = {"answers": str(answers), "layers": list(layer_ids), "seq_len": seq_len, "target_dtype": target_dtype}
     for key, value in fixed.items():
         if manifest.get(key, value) != value:
             raise ValueError(
                 f"{out} holds features made with {key}={manifest[key]!r}, not {value!r}: use another folder"
             )
-    manifest.update(
-        fixed, store_dtype="bfloat16", target_dtype=str(next(model.parameters()).dtype).removeprefix("torch.")
-    )
+    manifest.update(fixed, store_dtype="bfloat16")
     made = {s["answers"] for s in manifest["shards"]}
     todo = [p for p in sorted(answers.glob("shard-*.jsonl")) if p.name not in made][
         : None if limit is None else max(0, limit - len(made))
