@@ -25,6 +25,7 @@ import torch
 
 from .drafters import DraftContext, Drafter, EagleDrafter, ImageInputs
 from .drafters.eagle import Drafting, all_drafted, run_drafting
+from .feature_store import FeatureStore
 from .policies import DecodeState, StepStats, TreePolicy, TreeShape, cap_shape
 from .random_source import RandomSource, TorchRandom
 from .sampling import SamplingParams, entropy
@@ -48,6 +49,8 @@ class RequestState:
     policy: TreePolicy
     drafter: Drafter | None
     features: torch.Tensor | None = None  # target features of committed positions (drafters that read them)
+    tokens: torch.Tensor | None = None  # committed tokens at the last draft (what the features are of)
+    stored_rows: int = 0  # feature rows the feature store gave (positions a prefix cache served)
     images: ImageInputs | None = None
     last_shape: TreeShape | None = None
     last_drafted: int = 0
@@ -91,10 +94,14 @@ class Speculator:
         make_drafter: Callable[[], Drafter] | None,
         acceptance: Acceptance,
         sizer: Sizer | None = None,
+        feature_store: FeatureStore | None = None,
     ) -> None:
-        """`sizer`: cost-aware sizing (budget "auto"); None keeps the policy's fixed budget."""
+        """`sizer`: cost-aware sizing (budget "auto"); None keeps the policy's fixed budget.
+        `feature_store`: for engines with a prefix cache, where ended requests' features are kept
+        for later requests whose prompts the cache serves."""
         self.make_policy, self.make_drafter, self.acceptance = make_policy, make_drafter, acceptance
         self.sizer = sizer
+        self.feature_store = feature_store
         self.requests: dict[str, RequestState] = {}
         self.fallback_rng = TorchRandom(0)
         # Whether verdicts need the target's entropy (a softmax over the vocabulary per request).
@@ -117,20 +124,36 @@ class Speculator:
         """Forget every request not in `live` (finished or preempted); drafters that keep what
         requests leave behind (`end`) get it now."""
         for gone in set(self.requests) - set(live):
-            drafter = self.requests.pop(gone).drafter
-            if drafter is not None and hasattr(drafter, "end"):
-                drafter.end()
+            state = self.requests.pop(gone)
+            if self.feature_store is not None and state.features is not None and state.tokens is not None:
+                self.feature_store.put(state.tokens, state.features[: state.tokens.numel()])
+            if state.drafter is not None and hasattr(state.drafter, "end"):
+                state.drafter.end()
 
-    def commit_features(self, req_id: str, rows: torch.Tensor, start: int | None = None) -> None:
+    def commit_features(
+        self, req_id: str, rows: torch.Tensor, start: int | None = None, tokens: torch.Tensor | None = None
+    ) -> None:
         """Append the target features of newly committed positions; `start` (the position of the
         first row) first drops what a previous step had beyond it. Positions before `start` that
-        never got features (an engine's prefix cache served them) get zero rows: drafts from them
-        are worse, verification is unchanged."""
+        never got features (an engine's prefix cache served them) get the feature store's rows for
+        `tokens` (the request's tokens up to at least `start`) where it has them, zero rows
+        elsewhere: drafts from zeros are worse, verification is unchanged."""
         state = self.state(req_id)
         kept = state.features if state.features is not None else rows[:0]
         if start is not None:
             kept = kept[:start]
-            if kept.shape[0] < start:  # positions the engine never ran (a prefix-cache hit): zero features
+            have = kept.shape[0]
+            if have < start and self.feature_store is not None and tokens is not None:
+                running = [
+                    (other.tokens, other.features)
+                    for rid, other in self.requests.items()
+                    if rid != req_id and other.tokens is not None and other.features is not None
+                ]
+                stored = self.feature_store.rows(tokens, have, start, also=running)
+                if stored is not None:
+                    kept = torch.cat([kept, stored.to(rows.dtype)])
+                    state.stored_rows += stored.shape[0]
+            if kept.shape[0] < start:  # positions the engine never ran and no stored sequence had
                 kept = torch.cat([kept, rows.new_zeros(start - kept.shape[0], rows.shape[-1])])
         state.features = torch.cat([kept, rows])
 
@@ -193,6 +216,7 @@ class Speculator:
         jobs: list[Drafting] = []
         for i, request in enumerate(requests):
             state = self.state(request.req_id)
+            state.tokens = request.tokens
             state.last_shape = shape = self.plan(request)
             if state.drafter is None or shape is None:
                 slots[i] = DraftTree.root_only(int(request.tokens[-1]))

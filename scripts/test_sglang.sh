@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_sglang.sh
 VENV=${SGLANG_VENV:-.venv-sglang}
-exec "$VENV/bin/python" -m pytest -q integration_tests/sglang "$@"
+exec "$VENV/bin/python" -m pytest -q --durations=15 integration_tests/sglang "$@"

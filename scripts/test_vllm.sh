@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_vllm.sh
 VENV=${VLLM_VENV:-.venv-vllm}
-exec "$VENV/bin/python" -m pytest -q integration_tests/vllm "$@"
+exec "$VENV/bin/python" -m pytest -q --durations=15 integration_tests/vllm "$@"

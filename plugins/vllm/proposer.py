@@ -37,6 +37,7 @@ from sagespec.common.drafters import (
     lookup_drafters,
 )
 from sagespec.common.drafters.vision_modules import embedding_saliency
+from sagespec.common.feature_store import FeatureStore
 from sagespec.common.params import ConfigError
 from sagespec.common.policies import TreeShape
 from sagespec.common.random_source import TorchRandom
@@ -145,6 +146,7 @@ class SageProposer:
             self._make_drafter,
             Acceptance(options.acceptance, options.acceptance_options, hf.vocab_size, hf.hidden_size),
             self.sizer,
+            FeatureStore(),  # vLLM's prefix cache serves prompt positions without features
         )
         self.step_clock: tuple[float, int, bool] | None = None  # (forward start, tokens, drafts verified)
         self.last_propose_end: float | None = None
@@ -338,7 +340,10 @@ class SageProposer:
             state = speculator.state(req.req_id)
             if req.committed_features is not None and self.feature_dtype is not None:
                 speculator.commit_features(
-                    req.req_id, req.committed_features.to(self.feature_dtype), start=req.start_position
+                    req.req_id,
+                    req.committed_features.to(self.feature_dtype),
+                    start=req.start_position,
+                    tokens=torch.from_numpy(token_ids_cpu[i, : req.start_position]),
                 )
             if req.images is not None and state.images is None and state.steps == 0:
                 state.images = self._with_saliency(req.req_id, req.images)
