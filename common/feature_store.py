@@ -61,6 +61,7 @@ class FeatureStore:
         at most up to stop) from the stored sequences or those in `also` (requests still running),
         or None when no sequence shares position `start`."""
         best_key, best, best_rows = None, start, None
+        candidates: list[tuple[int | None, torch.Tensor, torch.Tensor]]
         candidates = [(key, kept, rows) for key, (kept, rows) in self.entries.items()]
         candidates += [(None, kept, rows) for kept, rows in also]
         for key, kept, kept_rows in candidates:
