@@ -216,7 +216,8 @@ class Speculator:
         jobs: list[Drafting] = []
         for i, request in enumerate(requests):
             state = self.state(request.req_id)
-            state.tokens = request.tokens
+            if self.feature_store is not None:  # what the features will be stored under
+                state.tokens = request.tokens
             state.last_shape = shape = self.plan(request)
             if state.drafter is None or shape is None:
                 slots[i] = DraftTree.root_only(int(request.tokens[-1]))
