@@ -4,11 +4,14 @@ perfect one keeps growing its trees). Verification stays exact: sizing only pick
 to the verifier."""
 
 import itertools
+import types
+from unittest import mock
 
 import numpy as np
 import pytest
 import torch
 
+import sagespec.common.speculator as speculator_module
 from sagespec.common.policies import ChainPolicy, SagePolicy
 from sagespec.common.sampling import SamplingParams
 from sagespec.common.sizing import (
@@ -152,8 +155,13 @@ def decode(drafter, steps: int, latency: LatencyModel, max_budget: int = 16):
     sizer = Sizer(max_budget, latency)
     speculator = Speculator(lambda: ChainPolicy(depth=max_budget), lambda: drafter, Acceptance("auto"), sizer)
     line, target, nodes, emitted = [3], FixedLine(), [], []
+    # Drafting is timed on a fixed clock (0.5 ms a draft call), so the sizer's choices do not follow
+    # this machine's noise.
+    ticks = itertools.count()
+    clock = types.SimpleNamespace(perf_counter=lambda: next(ticks) * 0.0005)
     for _ in range(steps):
-        tree = speculator.draft([DraftRequest("r", torch.tensor(line))])[0]
+        with mock.patch.object(speculator_module, "time", clock):
+            tree = speculator.draft([DraftRequest("r", torch.tensor(line))])[0]
         verdict = speculator.verify([tree], target.logits(tree), [0], [VerifyCheck(SamplingParams())])[0]
         speculator.observe("r", verdict.accepted.num_drafted_accepted, 0.0, verdict.emitted)
         line += verdict.emitted
